@@ -1,0 +1,233 @@
+"""A list+watch cache of one resource kind in one cluster.
+
+The watch works in three layers, like kopf's:
+1. `run()` keeps it alive forever: on any failure it reports the error, waits with
+   exponential backoff (tenacity's wait policy) and starts over.
+2. `_list_then_watch()` lists everything (paginated), replaces the cache, emits the
+   differences, then watches from the list's resourceVersion. "410 Gone" (an expired
+   resourceVersion) ends the watch and forces a relist.
+3. `_watch_once()` reads one HTTP stream line by line. Bookmarks only move the
+   resourceVersion; an ERROR event raises; a stream silent for longer than the server's
+   watch timeout plus a margin is treated as dead.
+
+Handlers get `(event_type, object)` for every change, including the synthetic ones a
+relist finds; they must not block: the controllers only map them to keys and enqueue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from tenacity import wait_exponential_jitter
+
+from dispatcher.kube.client import JSON
+from dispatcher.kube.resource import Resource, status_of
+
+log = logging.getLogger(__name__)
+
+ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+EventHandler = Callable[[str, JSON], None]
+ConnectionHandler = Callable[[Exception | None], None]
+"""Called with None when the informer is synced and watching, with the error otherwise."""
+
+
+def object_key(obj: JSON) -> str:
+    """`namespace/name` for namespaced objects, `name` for cluster-scoped ones."""
+    metadata = obj["metadata"]
+    namespace = metadata.get("namespace")
+    return f"{namespace}/{metadata['name']}" if namespace else str(metadata["name"])
+
+
+class ResourceVersionExpired(Exception):
+    """The watch's resourceVersion is too old (410 Gone): list again."""
+
+
+@dataclass(frozen=True)
+class InformerSettings:
+    watch_timeout_seconds: int = 300
+    """Server-side timeout of one watch request; the watch is reopened after it."""
+    inactivity_margin_seconds: float = 30.0
+    """A stream silent for the watch timeout plus this long is treated as dead."""
+    page_size: int = 500
+    backoff_initial_seconds: float = 0.5
+    backoff_max_seconds: float = 30.0
+
+
+class Informer:
+    """Keeps `store` equal to the objects of one kind and calls handlers on changes."""
+
+    def __init__(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        settings: InformerSettings | None = None,
+        on_connection: ConnectionHandler | None = None,
+        name: str = "",
+    ) -> None:
+        self.resource = resource
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.settings = settings or InformerSettings()
+        self.name = name or f"{resource.client.name}/{resource.kind.plural}"
+        self.store: dict[str, JSON] = {}
+        self.synced = asyncio.Event()
+        self.restarts = 0
+        self._handlers: list[EventHandler] = []
+        self._on_connection = on_connection
+        self._resource_version = ""
+
+    def add_handler(self, handler: EventHandler) -> None:
+        self._handlers.append(handler)
+
+    def get(self, key: str) -> JSON | None:
+        return self.store.get(key)
+
+    def _emit(self, event_type: str, obj: JSON) -> None:
+        for handler in self._handlers:
+            try:
+                handler(event_type, obj)
+            except Exception:
+                log.exception("%s: event handler failed", self.name)
+
+    def _report(self, error: Exception | None) -> None:
+        if self._on_connection:
+            self._on_connection(error)
+
+    async def run(self) -> None:
+        """List and watch until cancelled; never raises except CancelledError."""
+        wait = wait_exponential_jitter(
+            initial=self.settings.backoff_initial_seconds, max=self.settings.backoff_max_seconds
+        )
+        attempt = 0
+        while True:
+            try:
+                await self._list_then_watch()
+                attempt = 0
+            except asyncio.CancelledError:
+                raise
+            except ResourceVersionExpired:
+                log.info("%s: resourceVersion expired, relisting", self.name)
+                attempt = 0
+                continue
+            except Exception as error:
+                attempt += 1
+                self.restarts += 1
+                self._report(error)
+                delay = wait(_RetryState(attempt))  # type: ignore[arg-type]
+                log.warning("%s: watch failed (%s), retrying in %.1fs",
+                            self.name, _describe(error), delay)
+                await asyncio.sleep(delay)
+
+    async def _list(self) -> None:
+        items: dict[str, JSON] = {}
+        token: str | None = None
+        while True:
+            page = await self.resource.list(
+                namespace=self.namespace,
+                label_selector=self.label_selector,
+                limit=self.settings.page_size,
+                continue_token=token,
+                timeout=max(60.0, self.resource.client.settings.timeout_seconds),
+            )
+            kind = self.resource.kind
+            for item in page.get("items", []):
+                item.setdefault("apiVersion", kind.api_version)
+                items[object_key(item)] = item
+            token = page.get("metadata", {}).get("continue")
+            if not token:
+                self._resource_version = page["metadata"]["resourceVersion"]
+                break
+        old = self.store
+        self.store = items
+        for key, obj in old.items():
+            if key not in items:
+                self._emit(DELETED, obj)
+        for key, obj in items.items():
+            previous = old.get(key)
+            if previous is None:
+                self._emit(ADDED, obj)
+            elif previous["metadata"].get("resourceVersion") != obj["metadata"].get(
+                "resourceVersion"
+            ):
+                self._emit(MODIFIED, obj)
+
+    async def _list_then_watch(self) -> None:
+        await self._list()
+        self.synced.set()
+        self._report(None)
+        while True:
+            await self._watch_once()
+
+    async def _watch_once(self) -> None:
+        timeout_seconds = self.settings.watch_timeout_seconds + random.randint(0, 30)
+        query: list[tuple[str, Any]] = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", self._resource_version),
+            ("timeoutSeconds", timeout_seconds),
+        ]
+        if self.label_selector:
+            query.append(("labelSelector", self.label_selector))
+        client_timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=self.resource.client.settings.timeout_seconds,
+            sock_read=timeout_seconds + self.settings.inactivity_margin_seconds,
+        )
+        try:
+            response = await self.resource.client.stream(
+                self.resource.kind.path(namespace=self.namespace),
+                query=query,
+                timeout=client_timeout,
+            )
+        except Exception as error:
+            if status_of(error) == 410:
+                raise ResourceVersionExpired from error
+            raise
+        try:
+            async for line in response.content:
+                if line.strip():
+                    self._handle_line(line)
+        finally:
+            response.release()
+
+    def _handle_line(self, line: bytes) -> None:
+        event = json.loads(line)
+        event_type = event["type"]
+        obj = event["object"]
+        if event_type == "ERROR":
+            if obj.get("code") == 410:
+                raise ResourceVersionExpired(obj.get("message", ""))
+            raise RuntimeError(f"watch error: {obj.get('message', obj)}")
+        self._resource_version = obj["metadata"]["resourceVersion"]
+        if event_type == "BOOKMARK":
+            return
+        obj.setdefault("apiVersion", self.resource.kind.api_version)
+        key = object_key(obj)
+        if event_type == DELETED:
+            self.store.pop(key, None)
+        else:
+            self.store[key] = obj
+        self._emit(event_type, obj)
+
+
+@dataclass
+class _RetryState:
+    """The one attribute of tenacity's RetryCallState that its wait policies read."""
+
+    attempt_number: int
+
+
+def _describe(error: BaseException) -> str:
+    status = status_of(error)
+    if status:
+        return f"HTTP {status}"
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

@@ -1,0 +1,145 @@
+"""A de-duplicating, delaying work queue with per-key backoff, for asyncio.
+
+The semantics of client-go's work queue, without its locks:
+- a key added while queued is queued once;
+- a key added while being processed is marked dirty and processed once more after;
+- a delayed add keeps the earliest due time;
+- `run_workers` runs at most one reconcile per key at a time, with N workers.
+
+The reconcile function returns a `Result`: `done()` forgets the key's backoff,
+`requeue_after(s)` processes it again later; an exception retries it with exponential
+per-key backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What to do with a key after its reconcile."""
+
+    requeue_after: float | None = None
+
+    @staticmethod
+    def done() -> Result:
+        return _DONE
+
+    @staticmethod
+    def after(seconds: float) -> Result:
+        return Result(requeue_after=seconds)
+
+
+_DONE = Result()
+Reconciler = Callable[[str], Awaitable[Result]]
+
+
+class WorkQueue:
+    """Keys waiting to be reconciled, in arrival order, each at most once."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        backoff_base_seconds: float = 0.05,
+        backoff_max_seconds: float = 60.0,
+    ) -> None:
+        self.name = name
+        self._ready: asyncio.Queue[str] = asyncio.Queue()
+        self._queued: set[str] = set()
+        self._processing: set[str] = set()
+        self._dirty: set[str] = set()
+        self._delayed: list[tuple[float, str]] = []
+        self._due: dict[str, float] = {}
+        self._failures: dict[str, int] = {}
+        self._backoff_base = backoff_base_seconds
+        self._backoff_max = backoff_max_seconds
+        self._timer_wakeup = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self._queued) + len(self._due)
+
+    def add(self, key: str) -> None:
+        if key in self._processing:
+            self._dirty.add(key)
+            return
+        if key in self._queued:
+            return
+        self._queued.add(key)
+        self._ready.put_nowait(key)
+
+    def add_after(self, key: str, seconds: float) -> None:
+        if seconds <= 0:
+            self.add(key)
+            return
+        due = time.monotonic() + seconds
+        if key in self._due and self._due[key] <= due:
+            return
+        self._due[key] = due
+        heapq.heappush(self._delayed, (due, key))
+        self._timer_wakeup.set()
+
+    def add_rate_limited(self, key: str) -> float:
+        failures = self._failures.get(key, 0)
+        self._failures[key] = failures + 1
+        delay = min(self._backoff_base * 2.0**failures, self._backoff_max)
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+    def failures(self, key: str) -> int:
+        return self._failures.get(key, 0)
+
+    async def _run_timer(self) -> None:
+        while True:
+            now = time.monotonic()
+            while self._delayed and self._delayed[0][0] <= now:
+                due, key = heapq.heappop(self._delayed)
+                if self._due.get(key) == due:
+                    del self._due[key]
+                    self.add(key)
+            self._timer_wakeup.clear()
+            timeout = self._delayed[0][0] - now if self._delayed else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._timer_wakeup.wait(), timeout)
+
+    async def _worker(self, reconcile: Reconciler) -> None:
+        while True:
+            key = await self._ready.get()
+            self._queued.discard(key)
+            self._processing.add(key)
+            try:
+                result = await reconcile(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                delay = self.add_rate_limited(key)
+                log.exception("%s: reconcile of %s failed, retrying in %.2fs",
+                              self.name, key, delay)
+            else:
+                self.forget(key)
+                if result.requeue_after is not None:
+                    self.add_after(key, result.requeue_after)
+            finally:
+                self._processing.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self.add(key)
+
+    async def run_workers(self, reconcile: Reconciler, *, workers: int) -> None:
+        """Process keys with `workers` concurrent workers until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._run_timer(), name=f"{self.name}/timer")
+            for index in range(workers):
+                group.create_task(self._worker(reconcile), name=f"{self.name}/worker-{index}")

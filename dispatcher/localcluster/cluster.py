@@ -1,0 +1,316 @@
+"""A real local Kubernetes control plane: one etcd and N named API servers on 127.0.0.1.
+
+`LocalControlPlane.start(names)` launches one etcd shared by every cluster (each API
+server has its own `--etcd-prefix`, so the clusters share nothing but the process),
+one kube-apiserver per name with TLS and an admin client certificate, and optionally a
+kube-controller-manager running only the garbage-collector and namespace controllers.
+It writes one self-contained kubeconfig per cluster, waits for `/readyz`, and installs
+the CRDs of `config/crd/`. `stop()` ends every process; children also die with the
+Python process. A `LocalCluster` can be paused (SIGSTOP), resumed, killed and
+restarted with its data kept in etcd, for fault tests.
+
+There are no nodes: nothing runs pods. The tests and the demo play the worker's trainer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from dispatcher.localcluster.binaries import ensure_binaries
+from dispatcher.localcluster.pki import CertificateFiles, ensure_certificates
+from dispatcher.localcluster.processes import ManagedProcess
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CRD_DIR = REPO_ROOT / "config" / "crd"
+_CONTROLLERS = "garbage-collector-controller,namespace-controller"
+
+
+class ControlPlaneError(RuntimeError):
+    """A process of the local control plane failed to start or become ready."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _advertise_address() -> str | None:
+    """A non-loopback local address when the host has no default route, else None.
+
+    kube-apiserver picks its advertised address from the default route; without one it
+    fails to start unless told. A loopback address is refused.
+    """
+    routes = subprocess.run(["ip", "-4", "route", "show", "default"], capture_output=True,
+                            text=True, check=False)
+    if routes.stdout.strip():
+        return None
+    addresses = subprocess.run(["hostname", "-I"], capture_output=True, text=True, check=False)
+    for address in addresses.stdout.split():
+        if "." in address and not address.startswith("127."):
+            return address
+    return "10.255.255.1"
+
+
+def _b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+class LocalCluster:
+    """One API server (and optionally its controller manager) over the shared etcd."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        directory: Path,
+        binaries: Path,
+        etcd_url: str,
+        controllers: bool,
+    ) -> None:
+        self.name = name
+        self.directory = directory
+        self.port = free_port()
+        self.certs: CertificateFiles = ensure_certificates(directory / "pki")
+        self.kubeconfig_path = directory / "kubeconfig.yaml"
+        self.kubeconfig_path.write_text(yaml.safe_dump(self.kubeconfig()))
+        argv = [
+            str(binaries / "kube-apiserver"),
+            f"--etcd-servers={etcd_url}",
+            f"--etcd-prefix=/clusters/{name}",
+            f"--cert-dir={directory / 'pki'}",
+            f"--tls-cert-file={self.certs.serving_cert}",
+            f"--tls-private-key-file={self.certs.serving_key}",
+            f"--client-ca-file={self.certs.ca_cert}",
+            f"--secure-port={self.port}",
+            "--bind-address=127.0.0.1",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--allow-privileged=true",
+            "--disable-admission-plugins=ServiceAccount",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={self.certs.service_account_pub}",
+            f"--service-account-signing-key-file={self.certs.service_account_key}",
+            "--enable-priority-and-fairness=false",
+            "--max-requests-inflight=1000",
+            "--max-mutating-requests-inflight=500",
+            "--v=0",
+        ]
+        advertise = _advertise_address()
+        if advertise:
+            argv.append(f"--advertise-address={advertise}")
+        self.apiserver = ManagedProcess(
+            name=f"{name}/kube-apiserver", argv=argv, log_path=directory / "kube-apiserver.log"
+        )
+        self.controller_manager: ManagedProcess | None = None
+        if controllers:
+            self.controller_manager = ManagedProcess(
+                name=f"{name}/kube-controller-manager",
+                argv=[
+                    str(binaries / "kube-controller-manager"),
+                    f"--kubeconfig={self.kubeconfig_path}",
+                    f"--controllers={_CONTROLLERS}",
+                    "--leader-elect=false",
+                    "--secure-port=0",
+                    "--concurrent-gc-syncs=5",
+                    "--v=0",
+                ],
+                log_path=directory / "kube-controller-manager.log",
+            )
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def kubeconfig(self, *, user: str = "admin", cert: bytes | None = None,
+                   key: bytes | None = None) -> dict[str, Any]:
+        """A kubeconfig with every credential inline (no file references)."""
+        cert_data = base64.b64encode(cert).decode() if cert else _b64(self.certs.admin_cert)
+        key_data = base64.b64encode(key).decode() if key else _b64(self.certs.admin_key)
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": self.name, "cluster": {
+                "server": self.url,
+                "certificate-authority-data": _b64(self.certs.ca_cert),
+            }}],
+            "users": [{"name": user, "user": {
+                "client-certificate-data": cert_data,
+                "client-key-data": key_data,
+            }}],
+            "contexts": [{"name": self.name, "context": {"cluster": self.name, "user": user}}],
+            "current-context": self.name,
+        }
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.certs.ca_cert))
+        context.load_cert_chain(str(self.certs.admin_cert), str(self.certs.admin_key))
+        return context
+
+    async def wait_ready(self, *, timeout: float = 60.0) -> None:
+        """Poll `/readyz` until it answers 200; fail early if the process died."""
+        deadline = time.monotonic() + timeout
+        context = self._ssl_context()
+        async with aiohttp.ClientSession() as session:
+            while True:
+                if not self.apiserver.running():
+                    raise ControlPlaneError(
+                        f"{self.name}: kube-apiserver exited:\n{self.apiserver.tail()}"
+                    )
+                try:
+                    async with session.get(
+                        f"{self.url}/readyz", ssl=context, timeout=aiohttp.ClientTimeout(total=2)
+                    ) as response:
+                        if response.status == 200:
+                            return
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise ControlPlaneError(
+                        f"{self.name}: not ready after {timeout}s:\n{self.apiserver.tail()}"
+                    )
+                await asyncio.sleep(0.2)
+
+    def start_processes(self) -> None:
+        self.apiserver.start()
+        if self.controller_manager:
+            self.controller_manager.start()
+
+    async def start(self) -> None:
+        self.start_processes()
+        await self.wait_ready()
+
+    def pause(self) -> None:
+        """Freeze the API server: connections hang, as with a lost network."""
+        self.apiserver.signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.apiserver.signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        """SIGKILL the API server and controller manager; the data stays in etcd."""
+        if self.controller_manager:
+            self.controller_manager.kill()
+        self.apiserver.kill()
+
+    async def restart(self) -> None:
+        """Start again on the same port with the same certificates and data."""
+        self.kill()
+        await self.start()
+
+    def stop(self) -> None:
+        if self.controller_manager:
+            self.controller_manager.stop()
+        self.apiserver.stop()
+
+    def processes(self) -> list[ManagedProcess]:
+        return [p for p in (self.apiserver, self.controller_manager) if p is not None]
+
+
+class LocalControlPlane:
+    """One etcd plus named `LocalCluster`s; use as an async context manager."""
+
+    def __init__(self, *, directory: Path | None = None, keep_directory: bool = False) -> None:
+        self._owns_directory = directory is None and not keep_directory
+        self.directory = directory or Path(tempfile.mkdtemp(prefix="trainjob-dispatcher-"))
+        self.binaries = ensure_binaries()
+        self.clusters: dict[str, LocalCluster] = {}
+        etcd_port = free_port()
+        self.etcd_url = f"http://127.0.0.1:{etcd_port}"
+        self.etcd = ManagedProcess(
+            name="etcd",
+            argv=[
+                str(self.binaries / "etcd"),
+                f"--data-dir={self.directory / 'etcd'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                "--listen-peer-urls=http://127.0.0.1:0",
+                "--unsafe-no-fsync=true",
+                "--quota-backend-bytes=8589934592",
+                "--log-level=warn",
+            ],
+            log_path=self.directory / "etcd.log",
+        )
+
+    async def __aenter__(self) -> LocalControlPlane:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def _wait_etcd(self, *, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession() as session:
+            while time.monotonic() < deadline:
+                if not self.etcd.running():
+                    raise ControlPlaneError(f"etcd exited:\n{self.etcd.tail()}")
+                try:
+                    async with session.get(f"{self.etcd_url}/health") as response:
+                        if response.status == 200:
+                            return
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+        raise ControlPlaneError(f"etcd not healthy after {timeout}s:\n{self.etcd.tail()}")
+
+    async def start(
+        self,
+        names: Iterable[str],
+        *,
+        controllers: Iterable[str] = (),
+        crd_files: Iterable[Path] | None = None,
+    ) -> dict[str, LocalCluster]:
+        """Start etcd (once) and one API server per name, ready and with CRDs installed.
+
+        `controllers` names the clusters that also run kube-controller-manager.
+        """
+        from dispatcher.localcluster.crds import install_crds
+
+        if not self.etcd.running():
+            self.etcd.start()
+            await self._wait_etcd()
+        with_controllers = set(controllers)
+        new = [
+            LocalCluster(
+                name=name,
+                directory=self.directory / name,
+                binaries=self.binaries,
+                etcd_url=self.etcd_url,
+                controllers=name in with_controllers,
+            )
+            for name in names
+        ]
+        for cluster in new:
+            self.clusters[cluster.name] = cluster
+            cluster.start_processes()
+        await asyncio.gather(*(cluster.wait_ready() for cluster in new))
+        files = list(crd_files) if crd_files is not None else sorted(CRD_DIR.glob("*.yaml"))
+        await asyncio.gather(*(install_crds(cluster, files) for cluster in new))
+        return {cluster.name: cluster for cluster in new}
+
+    def processes(self) -> list[ManagedProcess]:
+        return [p for c in self.clusters.values() for p in c.processes()] + [self.etcd]
+
+    def stop(self) -> None:
+        for cluster in self.clusters.values():
+            cluster.stop()
+        self.etcd.stop()
+        if self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)

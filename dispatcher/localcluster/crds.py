@@ -1,0 +1,65 @@
+"""Installing CustomResourceDefinitions on a local cluster and waiting until they serve."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from dispatcher.kube.client import ClientSettings, ClusterClient
+from dispatcher.kube.resource import CRDS, Resource
+
+if TYPE_CHECKING:
+    from dispatcher.localcluster.cluster import LocalCluster
+
+FIELD_MANAGER = "trainjob-dispatcher-localcluster"
+
+
+def load_manifests(files: Iterable[Path]) -> list[dict[str, Any]]:
+    manifests: list[dict[str, Any]] = []
+    for path in files:
+        manifests.extend(doc for doc in yaml.safe_load_all(path.read_text()) if doc)
+    return manifests
+
+
+async def admin_client(cluster: LocalCluster, *, timeout: float = 30.0) -> ClusterClient:
+    return await ClusterClient.from_kubeconfig(
+        name=cluster.name,
+        kubeconfig=cluster.kubeconfig(),
+        settings=ClientSettings(qps=1000, burst=1000, timeout_seconds=timeout),
+    )
+
+
+async def wait_established(crds: Resource, names: list[str], *, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    pending = set(names)
+    while pending:
+        for name in list(pending):
+            crd = await crds.get(name)
+            conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                pending.discard(name)
+        if pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRDs not established: {sorted(pending)}")
+            await asyncio.sleep(0.1)
+
+
+async def install_crds(cluster: LocalCluster, files: Iterable[Path]) -> None:
+    """Server-side apply each CRD in `files` and wait until all are established."""
+    manifests = load_manifests(files)
+    if not manifests:
+        return
+    client = await admin_client(cluster)
+    try:
+        crds = Resource(client, CRDS)
+        await asyncio.gather(
+            *(crds.apply(m, field_manager=FIELD_MANAGER) for m in manifests)
+        )
+        await wait_established(crds, [m["metadata"]["name"] for m in manifests])
+    finally:
+        await client.close()

@@ -1,0 +1,90 @@
+"""Child processes of the local control plane that never outlive the Python process.
+
+Each child runs in its own session (so SIGSTOP of one API server touches nothing else)
+and receives SIGKILL from the kernel when the Python process that started it dies
+(`PR_SET_PDEATHSIG`), so a crashed test run leaves no orphan behind. Output goes to a
+log file beside the cluster's data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import signal
+import subprocess
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class ManagedProcess:
+    """One long-running binary: start, signal, stop, restart with the same arguments."""
+
+    def __init__(self, *, name: str, argv: list[str], log_path: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._popen.pid if self._popen else None
+
+    def running(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    def start(self) -> None:
+        if self.running():
+            return
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as out:
+            self._popen = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        log.debug("started %s (pid %s)", self.name, self._popen.pid)
+
+    def signal(self, signum: signal.Signals) -> None:
+        if self._popen is not None and self._popen.poll() is None:
+            self._popen.send_signal(signum)
+
+    def kill(self) -> None:
+        """SIGKILL and reap: the abrupt death a fault test wants."""
+        if self._popen is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self._popen.send_signal(signal.SIGCONT)
+            self._popen.kill()
+        self._popen.wait()
+
+    def stop(self, *, grace_seconds: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after the grace period; always reaps the child."""
+        if self._popen is None:
+            return
+        if self._popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._popen.send_signal(signal.SIGCONT)
+                self._popen.terminate()
+            try:
+                self._popen.wait(timeout=grace_seconds)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._popen = None
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""

@@ -1,0 +1,74 @@
+"""Shared fixtures: one real local control plane (a manager and two workers) per session.
+
+Every test gets namespaces of its own, so tests share the clusters without seeing each
+other's objects. The control plane is started once, on first use, and stopped at the end
+of the session; its processes also die with the test process.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from dispatcher.kube.client import ClientSettings, ClusterClient
+from dispatcher.kube.resource import NAMESPACES, Resource
+from dispatcher.localcluster import LocalCluster, LocalControlPlane
+
+CLUSTERS = ("manager", "worker-a", "worker-b")
+
+
+@pytest_asyncio.fixture(scope="session")
+async def control_plane() -> AsyncIterator[LocalControlPlane]:
+    plane = LocalControlPlane()
+    try:
+        await plane.start(CLUSTERS, controllers=["manager"])
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def manager(control_plane: LocalControlPlane) -> LocalCluster:
+    return control_plane.clusters["manager"]
+
+
+@pytest.fixture(scope="session")
+def worker_a(control_plane: LocalControlPlane) -> LocalCluster:
+    return control_plane.clusters["worker-a"]
+
+
+@pytest.fixture(scope="session")
+def worker_b(control_plane: LocalControlPlane) -> LocalCluster:
+    return control_plane.clusters["worker-b"]
+
+
+@pytest_asyncio.fixture(scope="session")
+async def admin_clients(
+    control_plane: LocalControlPlane,
+) -> AsyncIterator[dict[str, ClusterClient]]:
+    """A test-side admin client per cluster (not the dispatcher's own clients)."""
+    clients = {
+        name: await ClusterClient.from_kubeconfig(
+            name=name,
+            kubeconfig=cluster.kubeconfig(),
+            settings=ClientSettings(qps=1000, burst=1000, timeout_seconds=10),
+        )
+        for name, cluster in control_plane.clusters.items()
+    }
+    yield clients
+    for client in clients.values():
+        await client.close()
+
+
+@pytest_asyncio.fixture
+async def namespace(admin_clients: dict[str, ClusterClient]) -> AsyncIterator[str]:
+    """A fresh namespace of the same name on every cluster."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    for client in admin_clients.values():
+        await Resource(client, NAMESPACES).create(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        )
+    yield name

@@ -1,0 +1,99 @@
+"""The work queue runs each key at most once at a time and coalesces bursts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from dispatcher.kube.workqueue import Result, WorkQueue
+
+
+async def _run_until(queue: WorkQueue, reconcile, condition, *, workers: int = 4) -> None:  # type: ignore[no-untyped-def]
+    task = asyncio.create_task(queue.run_workers(reconcile, workers=workers))
+    try:
+        for _ in range(200):
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("condition not reached")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_burst_of_adds_is_processed_once() -> None:
+    queue = WorkQueue(name="t")
+    seen: list[str] = []
+
+    async def reconcile(key: str) -> Result:
+        seen.append(key)
+        return Result.done()
+
+    for _ in range(10):
+        queue.add("a")
+    queue.add("b")
+    await _run_until(queue, reconcile, lambda: len(seen) >= 2)
+    await asyncio.sleep(0.05)
+    assert sorted(seen) == ["a", "b"]
+
+
+async def test_key_added_while_processing_runs_once_more_never_concurrently() -> None:
+    queue = WorkQueue(name="t")
+    running = 0
+    max_running = 0
+    calls = 0
+    release = asyncio.Event()
+
+    async def reconcile(key: str) -> Result:
+        nonlocal running, max_running, calls
+        running += 1
+        calls += 1
+        max_running = max(max_running, running)
+        if calls == 1:
+            await release.wait()
+        running -= 1
+        return Result.done()
+
+    queue.add("k")
+    task = asyncio.create_task(queue.run_workers(reconcile, workers=4))
+    await asyncio.sleep(0.02)
+    for _ in range(5):
+        queue.add("k")
+    release.set()
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert calls == 2
+    assert max_running == 1
+
+
+async def test_failures_back_off_and_success_forgets() -> None:
+    queue = WorkQueue(name="t", backoff_base_seconds=0.01)
+    attempts = 0
+
+    async def reconcile(key: str) -> Result:
+        nonlocal attempts
+        attempts += 1
+        if attempts < 3:
+            raise RuntimeError("transient")
+        return Result.done()
+
+    queue.add("k")
+    await _run_until(queue, reconcile, lambda: attempts >= 3)
+    assert queue.failures("k") == 0
+
+
+async def test_requeue_after_and_earliest_delay_wins() -> None:
+    queue = WorkQueue(name="t")
+    seen: list[str] = []
+
+    async def reconcile(key: str) -> Result:
+        seen.append(key)
+        return Result.done()
+
+    queue.add_after("late", 10)
+    queue.add_after("late", 0.02)
+    queue.add_after("late", 5)
+    await _run_until(queue, reconcile, lambda: seen == ["late"])
