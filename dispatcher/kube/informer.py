@@ -91,6 +91,21 @@ class Informer:
     def get(self, key: str) -> JSON | None:
         return self.store.get(key)
 
+    def remember(self, obj: JSON) -> None:
+        """Put an object this process just wrote into the cache, unless the cache is newer.
+
+        Reconciles that follow a write then see it at once instead of a stale copy until
+        the watch event arrives (client-go's mutation cache).
+        """
+        key = object_key(obj)
+        cached = self.store.get(key)
+        if cached is None or _newer(obj, cached):
+            self.store[key] = obj
+
+    def forget(self, key: str) -> None:
+        """Drop an object this process just deleted from the cache."""
+        self.store.pop(key, None)
+
     def _emit(self, event_type: str, obj: JSON) -> None:
         for handler in self._handlers:
             try:
@@ -217,6 +232,14 @@ class Informer:
         else:
             self.store[key] = obj
         self._emit(event_type, obj)
+
+
+def _newer(a: JSON, b: JSON) -> bool:
+    """Whether `a` is a later version than `b` (resourceVersions are etcd revisions here)."""
+    try:
+        return int(a["metadata"]["resourceVersion"]) >= int(b["metadata"]["resourceVersion"])
+    except (KeyError, ValueError):
+        return True
 
 
 @dataclass

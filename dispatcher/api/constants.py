@@ -1,0 +1,69 @@
+"""Every label, annotation, finalizer, condition type and reason the dispatcher writes.
+
+On the manager TrainJob (what `kubectl get -o yaml` / `describe` shows):
+- annotation `dispatcher.trainjob.io/cluster`: the worker the job is placed on, written
+  together with the finalizer *before* anything is created remotely;
+- annotation `dispatcher.trainjob.io/demand`: the resources booked for it on that worker,
+  so the quota ledger is rebuilt exactly after a restart;
+- annotation `dispatcher.trainjob.io/evictions`: how many times it was evicted;
+- condition `dispatcher.trainjob.io/Dispatched` in `status.conditions`: True while a
+  mirror runs it (reason `Placed`, message naming the worker), False with the reason it
+  waits otherwise; next to the conditions copied from the mirror;
+- events (reason = one of the reasons below) for every placement, rejection, eviction.
+
+On the mirror TrainJob on a worker: label `dispatcher.trainjob.io/origin` (which
+dispatcher made it) and annotation `dispatcher.trainjob.io/manager-uid`.
+"""
+
+from __future__ import annotations
+
+PREFIX = "dispatcher.trainjob.io"
+
+ANNOTATION_CLUSTER = f"{PREFIX}/cluster"
+ANNOTATION_DEMAND = f"{PREFIX}/demand"
+ANNOTATION_EVICTIONS = f"{PREFIX}/evictions"
+ANNOTATION_MANAGER_UID = f"{PREFIX}/manager-uid"
+ANNOTATION_CLUSTER_SELECTOR = f"{PREFIX}/cluster-selector"
+"""Set by users: a label selector (`gpu=a100,zone in (x,y)`) the worker's labels must match."""
+ANNOTATION_RETRY_ON_REASONS = f"{PREFIX}/retry-on-failure-reasons"
+"""Set by users: comma-separated mirror Failed reasons that requeue instead of failing."""
+
+LABEL_ORIGIN = f"{PREFIX}/origin"
+LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+LABEL_PRIORITY_CLASS = "kueue.x-k8s.io/priority-class"
+
+FINALIZER = f"{PREFIX}/mirror"
+FIELD_MANAGER = "trainjob-dispatcher"
+
+CONDITION_DISPATCHED = f"{PREFIX}/Dispatched"
+CONDITION_ACTIVE = "Active"
+
+# Reasons of the Dispatched condition and of events on the manager TrainJob.
+REASON_PLACED = "Placed"
+REASON_WAITING_FOR_QUOTA = "WaitingForQuota"
+REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_NO_ACTIVE_WORKER = "NoActiveWorker"
+REASON_RUNTIME_NOT_FOUND = "RuntimeNotFound"
+REASON_MIRROR_REJECTED = "MirrorRejected"
+REASON_NAME_CONFLICT = "NameConflict"
+REASON_SUSPENDED = "Suspended"
+REASON_FINISHED = "Finished"
+REASON_EVICTED = "Evicted"
+REASON_MIRROR_CREATED = "MirrorCreated"
+REASON_MIRROR_DELETED = "MirrorDeleted"
+REASON_WORKER_LOST = "WorkerLost"
+REASON_MIRROR_GONE = "MirrorGone"
+REASON_MIRROR_EVICTED = "MirrorEvicted"
+REASON_DRAINED = "Drained"
+REASON_TOO_MANY_EVICTIONS = "TooManyEvictions"
+
+# Reasons of a WorkerCluster's Active condition.
+REASON_CONNECTED = "Connected"
+REASON_BAD_KUBECONFIG = "BadKubeconfig"
+REASON_INSECURE_KUBECONFIG = "InsecureKubeconfig"
+REASON_SECRET_NOT_FOUND = "SecretNotFound"
+REASON_UNREACHABLE = "Unreachable"
+REASON_UNAUTHORIZED = "Unauthorized"
+REASON_MISSING_CRD = "MissingCRD"
+REASON_CONNECTING = "Connecting"
+REASON_BAD_QUOTA = "BadQuota"

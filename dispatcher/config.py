@@ -1,0 +1,185 @@
+"""The whole configuration: one root made of groups, every field with unit and default.
+
+Loaded from a YAML file (`dispatcher run --config FILE`) and overridable by environment
+variables with the `DISPATCHER_` prefix and `__` between levels
+(`DISPATCHER_CLIENT__QPS=500`). `tests/unit/test_config.py` pins the defaults and the
+README's configuration reference is checked against these models.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
+from dispatcher.placement.options import DemandMode, PlacementPolicy, QueueingStrategy
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ClaimConfig(_Group):
+    """Which manager TrainJobs the dispatcher takes over."""
+
+    managed_by: str = Field(
+        MANAGED_BY_MULTIKUEUE, alias="managedBy",
+        description="spec.managedBy value that marks a TrainJob as ours.",
+    )
+    namespaces: list[str] = Field(
+        default_factory=list,
+        description="Only claim jobs in these namespaces; empty means all namespaces.",
+    )
+    label_selector: str = Field(
+        "", alias="labelSelector",
+        description="Only claim jobs whose labels match this selector; empty matches all.",
+    )
+
+
+class ClientConfig(_Group):
+    """Limits of each worker's API client (and the manager's)."""
+
+    qps: float = Field(200.0, gt=0, description="Sustained requests per second per cluster.")
+    burst: int = Field(400, gt=0, description="Requests allowed at once above the QPS.")
+    timeout_seconds: float = Field(
+        15.0, alias="timeoutSeconds", gt=0,
+        description="Timeout of every API call, so a hung cluster never blocks the others.",
+    )
+
+
+class StaticWorker(_Group):
+    """A worker registered in the config file instead of by a WorkerCluster object."""
+
+    name: str
+    kubeconfig: Path = Field(description="Path of the worker's kubeconfig file.")
+    quota: dict[str, str] = Field(default_factory=dict,
+                                  description="Declared quota, resource -> quantity.")
+    labels: dict[str, str] = Field(default_factory=dict)
+    local_queue: str = Field("", alias="localQueue",
+                             description="Kueue LocalQueue to label mirrors with.")
+    cordoned: bool = False
+
+
+class WorkersConfig(_Group):
+    """How workers are found, connected and judged lost."""
+
+    from_crd: bool = Field(
+        True, alias="fromCRD",
+        description="Read WorkerCluster objects (and their Secrets) from the manager.",
+    )
+    static: list[StaticWorker] = Field(default_factory=list,
+                                       description="Workers listed in this file.")
+    probe_interval_seconds: float = Field(
+        10.0, alias="probeIntervalSeconds", gt=0,
+        description="How often each worker's health is probed.",
+    )
+    lost_timeout_seconds: float = Field(
+        900.0, alias="lostTimeoutSeconds", ge=0,
+        description="How long a worker may be unreachable before its jobs are evicted "
+                    "(MultiKueue's workerLostTimeout).",
+    )
+    create_namespaces: bool = Field(
+        True, alias="createNamespaces",
+        description="Create the job's namespace on the worker when it is missing.",
+    )
+    allow_insecure_kubeconfigs: bool = Field(
+        False, alias="allowInsecureKubeconfigs",
+        description="Accept kubeconfigs with exec/auth-provider plugins or file references.",
+    )
+
+
+class PlacementConfig(_Group):
+    """How pending jobs are ordered and where they go."""
+
+    policy: PlacementPolicy = Field(PlacementPolicy.MOST_FREE,
+                                    description="MostFree spreads, BestFit packs.")
+    queueing_strategy: QueueingStrategy = Field(
+        QueueingStrategy.BEST_EFFORT_FIFO, alias="queueingStrategy",
+        description="BestEffortFIFO lets smaller jobs pass one that does not fit.",
+    )
+    demand_mode: DemandMode = Field(
+        DemandMode.SUM, alias="demandMode",
+        description="Sum of all replicated jobs, or the largest dependsOn step.",
+    )
+    rejection_backoff_seconds: float = Field(
+        300.0, alias="rejectionBackoffSeconds", ge=0,
+        description="How long a worker that rejected a job is not tried again for it.",
+    )
+
+
+class MirrorConfig(_Group):
+    """What happens to mirrors."""
+
+    origin: str = Field(
+        "trainjob-dispatcher",
+        description="Value of the origin label; distinguishes dispatchers sharing workers.",
+    )
+    keep_finished: bool = Field(
+        False, alias="keepFinished",
+        description="Keep a mirror on its worker after it completed or failed.",
+    )
+    max_evictions: int = Field(
+        5, alias="maxEvictions", ge=1,
+        description="Evictions after which a job is marked Failed instead of requeued.",
+    )
+    requeue_backoff_seconds: float = Field(
+        5.0, alias="requeueBackoffSeconds", ge=0,
+        description="Delay before an evicted job is placed again, doubled per eviction.",
+    )
+
+
+class GCConfig(_Group):
+    interval_seconds: float = Field(60.0, alias="intervalSeconds", gt=0,
+                                    description="How often orphan mirrors are collected.")
+
+
+class ServerConfig(_Group):
+    host: str = Field("0.0.0.0", description="Address of /metrics, /healthz and /readyz.")
+    port: int = Field(8080, ge=0, le=65535, description="Port of the same; 0 picks one.")
+
+
+class LeaderElectionConfig(_Group):
+    enabled: bool = Field(False, description="Run only while holding the Lease.")
+    lease_name: str = Field("trainjob-dispatcher", alias="leaseName")
+    lease_duration_seconds: float = Field(15.0, alias="leaseDurationSeconds", gt=0)
+    renew_deadline_seconds: float = Field(10.0, alias="renewDeadlineSeconds", gt=0)
+    retry_period_seconds: float = Field(2.0, alias="retryPeriodSeconds", gt=0)
+
+
+class DispatcherConfig(BaseSettings):
+    """The root of the configuration."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="DISPATCHER_", env_nested_delimiter="__", extra="forbid",
+        populate_by_name=True,
+    )
+
+    namespace: str = Field("trainjob-dispatcher",
+                           description="The dispatcher's own namespace (Secrets, Lease).")
+    manager_kubeconfig: Path | None = Field(
+        None, alias="managerKubeconfig",
+        description="Kubeconfig of the manager; unset means in-cluster.",
+    )
+    reconcile_workers: int = Field(16, alias="reconcileWorkers", ge=1,
+                                   description="Concurrent reconciles of manager TrainJobs.")
+    claim: ClaimConfig = Field(default_factory=ClaimConfig)  # type: ignore[arg-type]
+    client: ClientConfig = Field(default_factory=ClientConfig)  # type: ignore[arg-type]
+    workers: WorkersConfig = Field(default_factory=WorkersConfig)  # type: ignore[arg-type]
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)  # type: ignore[arg-type]
+    mirror: MirrorConfig = Field(default_factory=MirrorConfig)  # type: ignore[arg-type]
+    gc: GCConfig = Field(default_factory=GCConfig)  # type: ignore[arg-type]
+    server: ServerConfig = Field(default_factory=ServerConfig)  # type: ignore[arg-type]
+    leader_election: LeaderElectionConfig = Field(
+        default_factory=LeaderElectionConfig,  # type: ignore[arg-type]
+        alias="leaderElection",
+    )
+    json_logs: bool = Field(False, alias="jsonLogs", description="Log one JSON object a line.")
+
+    @classmethod
+    def from_file(cls, path: Path) -> DispatcherConfig:
+        data: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
+        return cls(**data)

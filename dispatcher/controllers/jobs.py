@@ -1,0 +1,591 @@
+"""The life of a claimed TrainJob: wait, place, mirror, sync, finish, evict, delete.
+
+`reconcile(key)` is level-triggered: it re-reads the manager TrainJob and its mirror
+from the caches and moves one step toward the desired state, in this order:
+- deleted on the manager: delete the mirror, then drop the finalizer;
+- finished on the manager: make sure the mirror is gone and the quota released;
+- not placed: size it, queue it, and once the scheduling loop reserved a worker, record
+  the placement (annotation + finalizer, one write) before any remote write;
+- placed: create the mirror if missing (idempotently), copy its status back when it
+  changed, finish when it reports Complete or Failed, evict when its worker is lost or
+  the mirror was deleted or evicted remotely.
+Events from both the manager's and the workers' watches only enqueue keys.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from fractions import Fraction
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from dispatcher.api import constants as c
+from dispatcher.api.trainer import CONDITION_FAILED
+from dispatcher.config import DispatcherConfig
+from dispatcher.controllers import status as st
+from dispatcher.controllers.scheduling import SchedulingLoop
+from dispatcher.controllers.trainjob_kind import JobKind, condition
+from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
+from dispatcher.kube.client import ClusterClient
+from dispatcher.kube.informer import DELETED, Informer
+from dispatcher.kube.resource import NAMESPACES, Resource, message_of
+from dispatcher.kube.workqueue import Result, WorkQueue
+from dispatcher.observability.events import EventRecorder
+from dispatcher.observability.metrics import Metrics
+from dispatcher.placement import resources
+from dispatcher.placement.demand import DemandError, trainjob_demand
+from dispatcher.placement.ledger import Booking, Ledger
+from dispatcher.placement.quantity import QuantityError
+from dispatcher.placement.scheduler import Decision, PendingJob
+from dispatcher.placement.selector import SelectorError, parse_selector
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+_REJECTION_CODES = {400, 403, 404, 409, 422}
+
+
+def job_key(obj: JSON) -> str:
+    return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+
+
+def _annotations(job: JSON) -> dict[str, str]:
+    return job["metadata"].get("annotations") or {}
+
+
+def _priority(job: JSON, priorities: dict[str, int]) -> int:
+    name = (job["metadata"].get("labels") or {}).get(c.LABEL_PRIORITY_CLASS, "")
+    return priorities.get(name, 0)
+
+
+class JobsController:
+    def __init__(
+        self,
+        *,
+        config: DispatcherConfig,
+        manager: ClusterClient,
+        registry: WorkerRegistry,
+        kind: JobKind,
+        ledger: Ledger,
+        scheduling: SchedulingLoop,
+        trainjobs: Informer,
+        cluster_runtimes: Informer,
+        runtimes: Informer,
+        queue: WorkQueue,
+        events: EventRecorder,
+        metrics: Metrics,
+    ) -> None:
+        self.config = config
+        self.manager = manager
+        self.registry = registry
+        self.kind = kind
+        self.ledger = ledger
+        self.scheduling = scheduling
+        self.trainjobs = trainjobs
+        self.cluster_runtimes = cluster_runtimes
+        self.runtimes = runtimes
+        self.queue = queue
+        self.events = events
+        self.metrics = metrics
+        self.priorities: dict[str, int] = {}
+        self._jobs = Resource(manager, kind.kind)
+        self._claim_selector = parse_selector(config.claim.label_selector)
+        self._tombstones: dict[tuple[str, str], JSON] = {}
+        self._runtime_waiters: set[str] = set()
+        self._demands: dict[str, tuple[int, dict[str, Fraction]]] = {}
+        self._excluded: dict[str, dict[str, float]] = {}
+        self._not_before: dict[str, float] = {}
+        self._namespaces: dict[str, set[str]] = {}
+        self._status_seen: dict[str, float] = {}
+        self._first_seen: dict[str, float] = {}
+
+    # ----- event handlers: map to keys and enqueue -----
+
+    def on_job_event(self, event_type: str, obj: JSON) -> None:
+        if not self.claimed(obj):
+            return
+        key = job_key(obj)
+        self._first_seen.setdefault(obj["metadata"]["uid"], time.monotonic())
+        if event_type == DELETED:
+            self.scheduling.withdraw(obj["metadata"]["uid"])
+        self.queue.add(key)
+
+    def on_mirror_event(self, worker: str, event_type: str, obj: JSON) -> None:
+        key = job_key(obj)
+        if event_type == DELETED:
+            self._tombstones[(worker, key)] = obj
+        else:
+            self._tombstones.pop((worker, key), None)
+            self._status_seen.setdefault(key, time.monotonic())
+        self.queue.add(key)
+
+    def on_runtime_event(self, event_type: str, obj: JSON) -> None:
+        waiters, self._runtime_waiters = self._runtime_waiters, set()
+        for key in waiters:
+            self.queue.add(key)
+
+    def on_worker_change(self, worker: WorkerConnection) -> None:
+        """A worker came, went or changed: re-examine its jobs and schedule again."""
+        for booking in self.ledger.jobs_on(worker.name):
+            self.queue.add(booking.key)
+        self.scheduling.trigger()
+
+    def on_decision(self, decision: Decision) -> None:
+        self.queue.add(decision.key)
+
+    # ----- claim -----
+
+    def claimed(self, job: JSON) -> bool:
+        spec = job.get("spec") or {}
+        if spec.get("managedBy") != self.config.claim.managed_by:
+            return False
+        metadata = job["metadata"]
+        namespaces = self.config.claim.namespaces
+        if namespaces and metadata.get("namespace") not in namespaces:
+            return False
+        return self._claim_selector(metadata.get("labels") or {})
+
+    # ----- reconcile -----
+
+    async def reconcile(self, key: str) -> Result:
+        job = self.trainjobs.get(key)
+        if job is None or not self.claimed(job):
+            return Result.done()
+        worker = _annotations(job).get(c.ANNOTATION_CLUSTER)
+        has_finalizer = c.FINALIZER in (job["metadata"].get("finalizers") or [])
+        if job["metadata"].get("deletionTimestamp"):
+            return await self._on_deleted(job, worker if has_finalizer else None)
+        if self.kind.finished(job.get("status")):
+            return await self._on_finished_manager(job, worker if has_finalizer else None)
+        if worker and has_finalizer:
+            return await self._sync_placed(job, worker)
+        return await self._ensure_pending(job)
+
+    # ----- waiting and placing -----
+
+    def _runtime(self, job: JSON) -> JSON | None:
+        ref = job["spec"].get("runtimeRef") or {}
+        if ref.get("kind", "ClusterTrainingRuntime") == "TrainingRuntime":
+            return self.runtimes.get(f"{job['metadata']['namespace']}/{ref.get('name')}")
+        return self.cluster_runtimes.get(str(ref.get("name")))
+
+    async def _set_waiting(self, job: JSON, reason: str, message: str) -> None:
+        dispatched = st.dispatched_condition(job, placed=False, reason=reason, message=message)
+        await self._write_status(job, st.without_mirror(job, dispatched))
+
+    def _demand(self, job: JSON, runtime: JSON) -> dict[str, Fraction]:
+        uid = job["metadata"]["uid"]
+        generation = job["metadata"].get("generation", 0)
+        cached = self._demands.get(uid)
+        if cached and cached[0] == generation:
+            return cached[1]
+        demand = trainjob_demand(job, runtime, mode=self.config.placement.demand_mode)
+        self._demands[uid] = (generation, demand)
+        return demand
+
+    def _pending_entry(self, job: JSON, demand: dict[str, Fraction]) -> PendingJob:
+        uid = job["metadata"]["uid"]
+        selector_text = _annotations(job).get(c.ANNOTATION_CLUSTER_SELECTOR, "")
+        now = time.monotonic()
+        excluded = frozenset(w for w, until in self._excluded.get(uid, {}).items() if until > now)
+        return PendingJob(
+            key=job_key(job),
+            uid=uid,
+            demand=demand,
+            priority=_priority(job, self.priorities),
+            created=job["metadata"].get("creationTimestamp", ""),
+            selector=parse_selector(selector_text),
+            excluded=excluded,
+        )
+
+    async def _ensure_pending(self, job: JSON) -> Result:
+        key, uid = job_key(job), job["metadata"]["uid"]
+        if job["spec"].get("suspend"):
+            self.scheduling.withdraw(uid)
+            await self._set_waiting(job, c.REASON_SUSPENDED, "suspended: not dispatched")
+            return Result.done()
+        runtime = self._runtime(job)
+        if runtime is None:
+            self.scheduling.withdraw(uid)
+            self._runtime_waiters.add(key)
+            ref = job["spec"].get("runtimeRef") or {}
+            await self._set_waiting(job, c.REASON_RUNTIME_NOT_FOUND,
+                                    f"{ref.get('kind')} {ref.get('name')!r} does not exist "
+                                    "on the manager; the job is placed once it does")
+            return Result.done()
+        try:
+            demand = self._demand(job, runtime)
+            entry = self._pending_entry(job, demand)
+        except (DemandError, QuantityError, SelectorError) as error:
+            self.scheduling.withdraw(uid)
+            await self._set_waiting(job, c.REASON_UNSCHEDULABLE, f"cannot size the job: {error}")
+            return Result.done()
+        delay = self._not_before.get(uid, 0) - time.monotonic()
+        if delay > 0:
+            return Result.after(delay)
+        worker = self.scheduling.reservation(uid)
+        if worker is not None:
+            return await self._record_placement(job, worker, demand)
+        self.scheduling.submit(entry)
+        decision = self.scheduling.decisions.get(uid)
+        if decision is not None:
+            await self._set_waiting(job, decision.reason, decision.message)
+        return Result.done()
+
+    async def _record_placement(self, job: JSON, worker: str,
+                                demand: dict[str, Fraction]) -> Result:
+        """Annotation and finalizer on the manager, in one write, before the mirror."""
+        metadata = job["metadata"]
+        finalizers = [*(metadata.get("finalizers") or []), c.FINALIZER]
+        patch = {"metadata": {
+            "resourceVersion": metadata["resourceVersion"],
+            "finalizers": list(dict.fromkeys(finalizers)),
+            "annotations": {c.ANNOTATION_CLUSTER: worker,
+                            c.ANNOTATION_DEMAND: resources.format_vector(demand)},
+        }}
+        try:
+            updated = await self._jobs.merge_patch(metadata["name"], patch,
+                                                   namespace=metadata["namespace"])
+        except ApiException as error:
+            if error.status == 404:
+                self.scheduling.withdraw(metadata["uid"])
+                return Result.done()
+            if error.status == 409:
+                return Result.after(0.05)
+            raise
+        self.trainjobs.remember(updated)
+        self.scheduling.confirm(metadata["uid"])
+        self.metrics.placements.labels(worker).inc()
+        first_seen = self._first_seen.get(metadata["uid"])
+        if first_seen is not None:
+            self.metrics.quota_wait.observe(time.monotonic() - first_seen)
+        return await self._sync_placed(updated, worker)
+
+    # ----- placed -----
+
+    async def _sync_placed(self, job: JSON, worker_name: str) -> Result:
+        key, uid = job_key(job), job["metadata"]["uid"]
+        self._book(job, worker_name)
+        worker = self.registry.get(worker_name)
+        if job["spec"].get("suspend"):
+            return await self._unplace(job, worker_name, c.REASON_SUSPENDED,
+                                       "suspended: mirror removed and quota released",
+                                       eviction=False)
+        if worker is None:
+            return await self._evict(job, worker_name, c.REASON_WORKER_LOST,
+                                     f"worker {worker_name} is no longer registered")
+        if not worker.usable():
+            return await self._wait_for_worker(job, worker)
+        assert worker.mirrors is not None
+        mirror = worker.mirrors.get(key)
+        if mirror is None:
+            tombstone = self._tombstones.get((worker_name, key))
+            if tombstone is not None and self.kind.is_ours(
+                tombstone, manager_uid=uid, origin=self.config.mirror.origin
+            ):
+                return await self._mirror_gone(job, worker, tombstone)
+            return await self._create_mirror(job, worker)
+        if not self.kind.is_ours(mirror, manager_uid=uid, origin=self.config.mirror.origin):
+            return await self._reject(job, worker, c.REASON_NAME_CONFLICT,
+                                      f"{key} on {worker_name} is not a mirror of this job")
+        return await self._sync_status(job, worker, mirror)
+
+    def _book(self, job: JSON, worker: str) -> None:
+        uid = job["metadata"]["uid"]
+        booking = self.ledger.get(uid)
+        if booking is not None and booking.worker == worker:
+            return
+        try:
+            demand = resources.parse_vector_text(_annotations(job).get(c.ANNOTATION_DEMAND, ""))
+        except QuantityError:
+            demand = {}
+        self.ledger.book(Booking(uid, job_key(job), worker, demand))
+
+    async def _wait_for_worker(self, job: JSON, worker: WorkerConnection) -> Result:
+        timeout = self.config.workers.lost_timeout_seconds
+        if worker.lost_since is None:
+            return Result.after(self.config.workers.probe_interval_seconds)
+        lost_for = time.time() - worker.lost_since
+        if lost_for >= timeout:
+            return await self._evict(
+                job, worker.name, c.REASON_WORKER_LOST,
+                f"worker {worker.name} lost for {int(lost_for)}s ({worker.message})")
+        return Result.after(timeout - lost_for + 0.05)
+
+    async def _ensure_namespace(self, worker: WorkerConnection, namespace: str) -> None:
+        known = self._namespaces.setdefault(worker.name, set())
+        if namespace in known or not self.config.workers.create_namespaces:
+            return
+        assert worker.client is not None
+        try:
+            await Resource(worker.client, NAMESPACES).create(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        known.add(namespace)
+
+    async def _create_mirror(self, job: JSON, worker: WorkerConnection) -> Result:
+        assert worker.client is not None and worker.mirrors is not None
+        metadata = job["metadata"]
+        body = self.kind.build_mirror(job, origin=self.config.mirror.origin,
+                                      local_queue=worker.spec.local_queue)
+        remote = Resource(worker.client, self.kind.kind)
+        await self._ensure_namespace(worker, metadata["namespace"])
+        try:
+            created = await remote.create(body, namespace=metadata["namespace"])
+        except ApiException as error:
+            if error.status == 409:
+                existing = await remote.get(metadata["name"], namespace=metadata["namespace"])
+                if existing is not None and self.kind.is_ours(
+                    existing, manager_uid=metadata["uid"], origin=self.config.mirror.origin
+                ):
+                    worker.mirrors.remember(existing)
+                    return await self._sync_status(job, worker, existing)
+                return await self._reject(job, worker, c.REASON_NAME_CONFLICT,
+                                          f"{job_key(job)} already exists on {worker.name} "
+                                          "and was not created by this dispatcher")
+            if error.status in _REJECTION_CODES:
+                return await self._reject(job, worker, c.REASON_MIRROR_REJECTED,
+                                          f"{worker.name} rejected the mirror: "
+                                          f"{message_of(error)}")
+            self.metrics.dispatch_errors.labels(worker.name, f"http-{error.status}").inc()
+            raise
+        worker.mirrors.remember(created)
+        first_seen = self._first_seen.pop(metadata["uid"], None)
+        if first_seen is not None:
+            self.metrics.dispatch_latency.observe(time.monotonic() - first_seen)
+        self.events.record(job, reason=c.REASON_PLACED,
+                           message=f"mirror created on worker {worker.name}")
+        return await self._sync_status(job, worker, created)
+
+    async def _sync_status(self, job: JSON, worker: WorkerConnection, mirror: JSON) -> Result:
+        finished = self.kind.finished(mirror.get("status"))
+        if finished is not None:
+            return await self._finish(job, worker, mirror, finished)
+        evicted = self.kind.evicted_remotely(mirror)
+        if evicted is not None:
+            return await self._evict(job, worker.name, c.REASON_MIRROR_EVICTED,
+                                     f"evicted on worker {worker.name}: {evicted}")
+        mirror_status = self.kind.remote_status(mirror)
+        previous = condition(job.get("status"), c.CONDITION_DISPATCHED)
+        if not mirror_status and previous is None:
+            return Result.done()
+        dispatched = st.dispatched_condition(job, placed=True, reason=c.REASON_PLACED,
+                                             message=f"running on worker {worker.name}")
+        await self._write_status(job, st.with_mirror(job, mirror_status, dispatched))
+        return Result.done()
+
+    async def _write_status(self, job: JSON, desired: JSON) -> JSON:
+        key = job_key(job)
+        patch = st.status_patch(job, desired)
+        seen = self._status_seen.pop(key, None)
+        if patch is None:
+            return job
+        metadata = job["metadata"]
+        try:
+            updated = await self._jobs.merge_patch(metadata["name"], {"status": patch},
+                                                   namespace=metadata["namespace"],
+                                                   subresource="status")
+        except ApiException as error:
+            if error.status == 404:
+                return job
+            raise
+        self.trainjobs.remember(updated)
+        if seen is not None:
+            self.metrics.status_sync_latency.observe(time.monotonic() - seen)
+        return updated
+
+    # ----- leaving a worker -----
+
+    async def _delete_mirror(self, worker: WorkerConnection | None, job: JSON) -> bool:
+        """Delete our mirror of `job` if the worker is reachable; True when it is gone."""
+        key = job_key(job)
+        if worker is None or not worker.usable():
+            return False
+        assert worker.client is not None and worker.mirrors is not None
+        mirror = worker.mirrors.get(key)
+        if mirror is None:
+            return True
+        if not self.kind.is_ours(mirror, manager_uid=job["metadata"]["uid"],
+                                 origin=self.config.mirror.origin):
+            return True
+        metadata = mirror["metadata"]
+        try:
+            await Resource(worker.client, self.kind.kind).delete(
+                metadata["name"], namespace=metadata["namespace"], uid=metadata["uid"])
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        worker.mirrors.forget(key)
+        self._tombstones.pop((worker.name, key), None)
+        return True
+
+    async def _clear_placement(self, job: JSON, *, evictions: int | None = None) -> JSON:
+        metadata = job["metadata"]
+        annotations: dict[str, str | None] = {c.ANNOTATION_CLUSTER: None,
+                                              c.ANNOTATION_DEMAND: None}
+        if evictions is not None:
+            annotations[c.ANNOTATION_EVICTIONS] = str(evictions)
+        patch = {"metadata": {
+            "resourceVersion": metadata["resourceVersion"],
+            "finalizers": [f for f in metadata.get("finalizers") or [] if f != c.FINALIZER],
+            "annotations": annotations,
+        }}
+        updated = await self._jobs.merge_patch(metadata["name"], patch,
+                                               namespace=metadata["namespace"])
+        self.trainjobs.remember(updated)
+        self.ledger.release(metadata["uid"])
+        self.scheduling.trigger()
+        return updated
+
+    async def _unplace(self, job: JSON, worker_name: str, reason: str, message: str, *,
+                       eviction: bool) -> Result:
+        worker = self.registry.get(worker_name)
+        deleted = await self._delete_mirror(worker, job)
+        if not deleted and worker is not None and worker.lost_since is None:
+            return Result.after(self.config.workers.probe_interval_seconds)
+        evictions = int(_annotations(job).get(c.ANNOTATION_EVICTIONS, "0") or 0)
+        evictions += 1 if eviction else 0
+        try:
+            updated = await self._clear_placement(job, evictions=evictions if eviction else None)
+        except ApiException as error:
+            if error.status == 409:
+                return Result.after(0.05)
+            raise
+        self._tombstones.pop((worker_name, job_key(job)), None)
+        dispatched = st.dispatched_condition(updated, placed=False, reason=reason,
+                                             message=message)
+        extra: list[JSON] = []
+        if eviction and evictions >= self.config.mirror.max_evictions:
+            extra.append({"type": CONDITION_FAILED, "status": "True",
+                          "reason": c.REASON_TOO_MANY_EVICTIONS,
+                          "message": f"evicted {evictions} times; last: {message}",
+                          "lastTransitionTime": st.now_rfc3339()})
+        await self._write_status(updated, st.without_mirror(updated, dispatched, extra=extra))
+        if not eviction:
+            return Result.done()
+        self.metrics.evictions.labels(worker_name, reason).inc()
+        self.metrics.requeues.labels(reason).inc()
+        self.events.record(updated, reason=c.REASON_EVICTED, message=message, warning=True)
+        log.warning("evicted %s from %s: %s", job_key(job), worker_name, message,
+                    extra={"job": job_key(job), "worker": worker_name})
+        delay = self.config.mirror.requeue_backoff_seconds * 2 ** max(evictions - 1, 0)
+        self._not_before[job["metadata"]["uid"]] = time.monotonic() + delay
+        return Result.after(delay)
+
+    async def _evict(self, job: JSON, worker_name: str, reason: str, message: str) -> Result:
+        return await self._unplace(job, worker_name, reason,
+                                   f"{message}; requeued", eviction=True)
+
+    async def _reject(self, job: JSON, worker: WorkerConnection, reason: str,
+                      message: str) -> Result:
+        """The worker refused the mirror: try the others for a while, not this one."""
+        uid = job["metadata"]["uid"]
+        until = time.monotonic() + self.config.placement.rejection_backoff_seconds
+        self._excluded.setdefault(uid, {})[worker.name] = until
+        self.metrics.dispatch_errors.labels(worker.name, reason).inc()
+        self.events.record(job, reason=reason, message=message, warning=True)
+        log.warning("%s: %s", job_key(job), message, extra={"job": job_key(job),
+                                                            "worker": worker.name})
+        try:
+            updated = await self._clear_placement(job)
+        except ApiException as error:
+            if error.status == 409:
+                return Result.after(0.05)
+            raise
+        dispatched = st.dispatched_condition(updated, placed=False, reason=reason,
+                                             message=message)
+        await self._write_status(updated, st.without_mirror(updated, dispatched))
+        return Result.after(0.01)
+
+    async def _mirror_gone(self, job: JSON, worker: WorkerConnection, last: JSON) -> Result:
+        """Our mirror disappeared: finished before it went, or deleted under the job."""
+        finished = self.kind.finished(last.get("status"))
+        if finished is not None:
+            return await self._finish(job, worker, last, finished)
+        return await self._evict(job, worker.name, c.REASON_MIRROR_GONE,
+                                 f"the mirror on worker {worker.name} was deleted")
+
+    async def _finish(self, job: JSON, worker: WorkerConnection, mirror: JSON,
+                      finished: JSON) -> Result:
+        """Final status sync, then the mirror deleted (unless kept) and quota released."""
+        dispatched = st.dispatched_condition(
+            job, placed=True, reason=c.REASON_FINISHED,
+            message=f"{finished.get('type')} on worker {worker.name}")
+        updated = await self._write_status(
+            job, st.with_mirror(job, self.kind.remote_status(mirror), dispatched))
+        self.events.record(updated, reason=c.REASON_FINISHED,
+                           message=f"{finished.get('type')} on worker {worker.name}: "
+                                   f"{finished.get('reason', '')}",
+                           warning=finished.get("type") == CONDITION_FAILED)
+        return await self._on_finished_manager(updated, worker.name)
+
+    async def _on_finished_manager(self, job: JSON, worker_name: str | None) -> Result:
+        self.scheduling.withdraw(job["metadata"]["uid"])
+        if worker_name is None:
+            return Result.done()
+        if not self.config.mirror.keep_finished:
+            worker = self.registry.get(worker_name)
+            gone = await self._delete_mirror(worker, job)
+            if not gone and not self._worker_given_up(worker):
+                return Result.after(self.config.workers.probe_interval_seconds)
+        return await self._drop_finalizer(job)
+
+    async def _on_deleted(self, job: JSON, worker_name: str | None) -> Result:
+        self.scheduling.withdraw(job["metadata"]["uid"])
+        if worker_name is None:
+            return Result.done()
+        worker = self.registry.get(worker_name)
+        gone = await self._delete_mirror(worker, job)
+        if not gone and not self._worker_given_up(worker):
+            return Result.after(self.config.workers.probe_interval_seconds)
+        return await self._drop_finalizer(job)
+
+    def _worker_given_up(self, worker: WorkerConnection | None) -> bool:
+        """No worker, or lost for longer than the timeout: the GC cleans up on return."""
+        if worker is None:
+            return True
+        return worker.lost_since is not None and (
+            time.time() - worker.lost_since >= self.config.workers.lost_timeout_seconds)
+
+    async def _drop_finalizer(self, job: JSON) -> Result:
+        metadata = job["metadata"]
+        self.ledger.release(metadata["uid"])
+        self.scheduling.trigger()
+        finalizers = metadata.get("finalizers") or []
+        if c.FINALIZER not in finalizers:
+            return Result.done()
+        patch = {"metadata": {"resourceVersion": metadata["resourceVersion"],
+                              "finalizers": [f for f in finalizers if f != c.FINALIZER]}}
+        try:
+            updated = await self._jobs.merge_patch(metadata["name"], patch,
+                                                   namespace=metadata["namespace"])
+        except ApiException as error:
+            if error.status == 404:
+                return Result.done()
+            if error.status == 409:
+                return Result.after(0.05)
+            raise
+        self.trainjobs.remember(updated)
+        self._forget(updated)
+        return Result.done()
+
+    def _forget(self, job: JSON) -> None:
+        uid = job["metadata"]["uid"]
+        self._demands.pop(uid, None)
+        self._excluded.pop(uid, None)
+        self._not_before.pop(uid, None)
+        self._first_seen.pop(uid, None)
+
+    def rebuild_ledger(self) -> int:
+        """Book every placed job from the manager's annotations; before any placement."""
+        booked = 0
+        for job in self.trainjobs.store.values():
+            worker = _annotations(job).get(c.ANNOTATION_CLUSTER)
+            if (worker and self.claimed(job)
+                    and c.FINALIZER in (job["metadata"].get("finalizers") or [])):
+                self._book(job, worker)
+                booked += 1
+        return booked

@@ -1,0 +1,210 @@
+"""Registered workers: WorkerCluster objects (and their Secrets) or the config file.
+
+Turns each registration into a `WorkerSpec`: the kubeconfig is read from the Secret in
+the dispatcher's own namespace and validated, the quota parsed. Whatever is wrong
+becomes the worker's reason (`SecretNotFound`, `BadKubeconfig`, `InsecureKubeconfig`,
+`BadQuota`) instead of an exception, so one bad registration never stops the others.
+The registry is brought in line on every change, and each WorkerCluster's status shows
+its `Active` condition, last probe time, mirror count and quota, written only when it
+changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import datetime
+import logging
+import time
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from dispatcher.api import constants as c
+from dispatcher.api.workercluster import DEFAULT_SECRET_KEY, ConfigProblem, WorkerSpec
+from dispatcher.config import DispatcherConfig, StaticWorker
+from dispatcher.controllers.status import now_rfc3339
+from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
+from dispatcher.kube.informer import Informer
+from dispatcher.kube.kubeconfig import KubeconfigError, parse_kubeconfig
+from dispatcher.placement import resources
+from dispatcher.placement.ledger import Ledger
+from dispatcher.placement.quantity import QuantityError, format_quantity
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+_PROBE_TIME_REFRESH_SECONDS = 60.0
+
+
+def _parse_quota(raw: dict[str, Any] | None) -> tuple[dict[str, Any] | None, ConfigProblem | None]:
+    if not raw:
+        return None, None
+    try:
+        return resources.parse_vector(raw), None
+    except QuantityError as error:
+        return None, ConfigProblem(c.REASON_BAD_QUOTA, f"quota cannot be parsed: {error}")
+
+
+def _kubeconfig(text: str | bytes, *, allow_insecure: bool) -> tuple[JSON | None,
+                                                                      ConfigProblem | None]:
+    try:
+        return parse_kubeconfig(text, allow_insecure=allow_insecure), None
+    except KubeconfigError as error:
+        reason = c.REASON_INSECURE_KUBECONFIG if error.insecure else c.REASON_BAD_KUBECONFIG
+        return None, ConfigProblem(reason, str(error))
+
+
+def static_spec(worker: StaticWorker, *, allow_insecure: bool) -> WorkerSpec:
+    quota, quota_problem = _parse_quota(worker.quota)
+    try:
+        kubeconfig, problem = _kubeconfig(worker.kubeconfig.read_text(),
+                                          allow_insecure=allow_insecure)
+    except OSError as error:
+        kubeconfig, problem = None, ConfigProblem(
+            c.REASON_BAD_KUBECONFIG, f"cannot read {worker.kubeconfig}: {error.strerror}")
+    return WorkerSpec(
+        name=worker.name, kubeconfig=kubeconfig, problem=problem or quota_problem,
+        quota=quota, labels=dict(worker.labels), local_queue=worker.local_queue,
+        cordoned=worker.cordoned, from_crd=False,
+    )
+
+
+class WorkerClustersController:
+    def __init__(
+        self,
+        *,
+        config: DispatcherConfig,
+        registry: WorkerRegistry,
+        ledger: Ledger,
+        worker_clusters: Informer | None,
+        secrets: Informer | None,
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.ledger = ledger
+        self.worker_clusters = worker_clusters
+        self.secrets = secrets
+        self._changed = asyncio.Event()
+        self._written: dict[str, tuple[JSON, float]] = {}
+
+    def trigger(self, *_: object) -> None:
+        self._changed.set()
+
+    def _secret_kubeconfig(self, spec: JSON) -> tuple[JSON | None, ConfigProblem | None]:
+        ref = spec.get("kubeconfigSecretRef") or {}
+        name, key = ref.get("name", ""), ref.get("key") or DEFAULT_SECRET_KEY
+        secret = self.secrets.get(f"{self.config.namespace}/{name}") if self.secrets else None
+        if secret is None:
+            return None, ConfigProblem(
+                c.REASON_SECRET_NOT_FOUND,
+                f"Secret {self.config.namespace}/{name} not found")
+        data = (secret.get("data") or {}).get(key)
+        if data is None:
+            return None, ConfigProblem(c.REASON_BAD_KUBECONFIG,
+                                       f"Secret {self.config.namespace}/{name} has no key {key!r}")
+        try:
+            text = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            return None, ConfigProblem(c.REASON_BAD_KUBECONFIG,
+                                       f"Secret key {key!r} is not valid base64")
+        return _kubeconfig(text, allow_insecure=self.config.workers.allow_insecure_kubeconfigs)
+
+    def crd_spec(self, obj: JSON) -> WorkerSpec:
+        spec = obj.get("spec") or {}
+        kubeconfig, problem = self._secret_kubeconfig(spec)
+        quota, quota_problem = _parse_quota(spec.get("quota"))
+        return WorkerSpec(
+            name=obj["metadata"]["name"], kubeconfig=kubeconfig,
+            problem=problem or quota_problem, quota=quota,
+            labels=dict(obj["metadata"].get("labels") or {}),
+            local_queue=spec.get("localQueue", ""), cluster_queue=spec.get("clusterQueue", ""),
+            cordoned=bool(spec.get("cordoned")), drain=bool(spec.get("drain")),
+        )
+
+    def specs(self) -> list[WorkerSpec]:
+        allow = self.config.workers.allow_insecure_kubeconfigs
+        found = [static_spec(w, allow_insecure=allow) for w in self.config.workers.static]
+        if self.worker_clusters is not None:
+            found.extend(self.crd_spec(obj) for obj in self.worker_clusters.store.values())
+        return found
+
+    def persisted_lost_since(self) -> dict[str, float]:
+        """When each worker was last seen lost, from its status: survives restarts."""
+        lost: dict[str, float] = {}
+        for obj in (self.worker_clusters.store.values() if self.worker_clusters else []):
+            for cond in (obj.get("status") or {}).get("conditions") or []:
+                if (cond.get("type") == c.CONDITION_ACTIVE and cond.get("status") == "False"
+                        and cond.get("reason") in (c.REASON_UNREACHABLE, c.REASON_UNAUTHORIZED)):
+                    since = datetime.datetime.fromisoformat(cond["lastTransitionTime"])
+                    lost[obj["metadata"]["name"]] = since.timestamp()
+        return lost
+
+    async def sync(self) -> None:
+        await self.registry.apply(self.specs(), lost_since=self.persisted_lost_since())
+
+    def _desired_status(self, obj: JSON, worker: WorkerConnection) -> JSON:
+        previous: JSON = next((cond for cond in (obj.get("status") or {}).get("conditions") or []
+                         if cond.get("type") == c.CONDITION_ACTIVE), {})
+        status = "True" if worker.active else "False"
+        since = previous.get("lastTransitionTime")
+        if previous.get("status") != status or not since:
+            since = (datetime.datetime.fromtimestamp(worker.lost_since, datetime.UTC)
+                     .strftime("%Y-%m-%dT%H:%M:%SZ")
+                     if worker.lost_since and not worker.active else now_rfc3339())
+        quota = worker.spec.quota
+        used = self.ledger.used(worker.name)
+        desired: JSON = {
+            "conditions": [{"type": c.CONDITION_ACTIVE, "status": status,
+                            "reason": worker.reason, "message": worker.message,
+                            "lastTransitionTime": since}],
+            "mirrors": len(worker.mirrors.store) if worker.mirrors else 0,
+            "used": {k: format_quantity(v) for k, v in used.items()},
+        }
+        if quota is not None:
+            desired["quota"] = {k: format_quantity(v) for k, v in quota.items()}
+            desired["free"] = {k: format_quantity(v)
+                               for k, v in resources.subtract(quota, used).items()}
+        return desired
+
+    async def write_statuses(self) -> None:
+        if self.worker_clusters is None:
+            return
+        client = self.worker_clusters.resource
+        for name, worker in list(self.registry.workers.items()):
+            obj = self.worker_clusters.get(name)
+            if obj is None or not worker.spec.from_crd:
+                continue
+            desired = self._desired_status(obj, worker)
+            written, at = self._written.get(name, ({}, 0.0))
+            stale_probe = time.monotonic() - at > _PROBE_TIME_REFRESH_SECONDS
+            if desired == written and not stale_probe:
+                continue
+            if worker.last_probe:
+                desired_with_probe = dict(desired, lastProbeTime=datetime.datetime.fromtimestamp(
+                    worker.last_probe, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            else:
+                desired_with_probe = desired
+            try:
+                await client.merge_patch(name, {"status": desired_with_probe},
+                                         subresource="status")
+            except ApiException as error:
+                log.debug("cannot write status of WorkerCluster %s: %s", name, error.status)
+                continue
+            self._written[name] = (desired, time.monotonic())
+
+    async def run(self) -> None:
+        """Apply registrations and write statuses on changes, and every few seconds."""
+        while True:
+            try:
+                if self._changed.is_set():
+                    self._changed.clear()
+                    await self.sync()
+                await self.write_statuses()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("syncing workers failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), 2.0)

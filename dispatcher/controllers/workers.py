@@ -1,0 +1,254 @@
+"""Connections to worker clusters: one client, one mirror watch and one probe per worker.
+
+`WorkerRegistry.apply(specs)` makes the set of connections match the registered workers:
+new workers are connected, removed ones closed, and a worker whose kubeconfig changed
+gets a new client (credential rotation). Each `WorkerConnection` owns its named tasks:
+the watch of this dispatcher's mirrors on the worker (label `dispatcher.trainjob.io/origin`)
+and a health probe every `probe_interval`. The probe and the watch decide whether the
+worker is *active*; when it is not, the reason says why (`Unreachable`, `Unauthorized`,
+`MissingCRD`, `BadKubeconfig`, ...). A config problem and a network loss are told apart,
+and only a network loss starts the lost-worker clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from dispatcher.api import constants as c
+from dispatcher.api.trainer import GROUP, TRAINJOBS, VERSION
+from dispatcher.api.workercluster import WorkerSpec
+from dispatcher.kube.client import ClientSettings, ClusterClient, RequestObserver
+from dispatcher.kube.informer import EventHandler, Informer, InformerSettings
+from dispatcher.kube.resource import Resource, message_of, status_of
+
+log = logging.getLogger(__name__)
+
+ChangeHandler = Callable[["WorkerConnection"], None]
+
+
+def _reason_for(error: BaseException) -> tuple[str, str]:
+    status = status_of(error)
+    if status in (401, 403):
+        return c.REASON_UNAUTHORIZED, f"the worker refused the credentials (HTTP {status})"
+    if status == 404:
+        return c.REASON_MISSING_CRD, (
+            f"the worker does not serve {GROUP}/{VERSION} TrainJobs: install the Trainer CRDs"
+        )
+    if status:
+        return c.REASON_UNREACHABLE, f"HTTP {status}: {message_of(error)}"
+    if isinstance(error, TimeoutError):
+        return c.REASON_UNREACHABLE, "the worker's API server did not answer in time"
+    return c.REASON_UNREACHABLE, f"cannot reach the worker's API server ({type(error).__name__})"
+
+
+class WorkerConnection:
+    """One worker: its client, mirror cache, health and lost-since clock."""
+
+    def __init__(
+        self,
+        *,
+        spec: WorkerSpec,
+        client_settings: ClientSettings,
+        informer_settings: InformerSettings,
+        origin: str,
+        probe_interval: float,
+        on_change: ChangeHandler,
+        on_mirror_event: EventHandler,
+        observer: RequestObserver,
+        lost_since: float | None = None,
+    ) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.client: ClusterClient | None = None
+        self.mirrors: Informer | None = None
+        self.active = False
+        self.reason = c.REASON_CONNECTING
+        self.message = "connecting"
+        self.lost_since: float | None = lost_since
+        """Wall-clock time the worker became unreachable; None while reachable."""
+        self.last_probe: float | None = None
+        self.collected = False
+        """Whether stale mirrors were collected since the worker last became active;
+        nothing new is placed on it before."""
+        self._client_settings = client_settings
+        self._informer_settings = informer_settings
+        self._origin = origin
+        self._probe_interval = probe_interval
+        self._on_change = on_change
+        self._on_mirror_event = on_mirror_event
+        self._observer = observer
+        self._tasks: list[asyncio.Task[None]] = []
+        self._watch_error: Exception | None = None
+        self._probe_now = asyncio.Event()
+
+    @property
+    def connected(self) -> bool:
+        return self.client is not None and self.active
+
+    def usable(self) -> bool:
+        """Active and synced: safe to place on and to trust its mirror cache."""
+        return self.active and self.mirrors is not None and self.mirrors.synced.is_set()
+
+    def _set_state(self, active: bool, reason: str, message: str) -> None:
+        network_loss = not active and reason in (c.REASON_UNREACHABLE, c.REASON_UNAUTHORIZED)
+        if active:
+            self.lost_since = None
+        if active and not self.active:
+            self.collected = False
+        elif network_loss and self.lost_since is None:
+            self.lost_since = time.time()
+        changed = (active, reason, message) != (self.active, self.reason, self.message)
+        self.active, self.reason, self.message = active, reason, message
+        if changed:
+            level = logging.INFO if active else logging.WARNING
+            log.log(level, "worker %s: %s (%s)", self.name,
+                    "active" if active else "inactive", message,
+                    extra={"worker": self.name})
+            self._on_change(self)
+
+    async def start(self) -> None:
+        if self.spec.problem is not None:
+            self._set_state(False, self.spec.problem.reason, self.spec.problem.message)
+            return
+        assert self.spec.kubeconfig is not None
+        try:
+            self.client = await ClusterClient.from_kubeconfig(
+                name=self.name, kubeconfig=self.spec.kubeconfig,
+                settings=self._client_settings, observer=self._observer,
+            )
+        except Exception as error:
+            self._set_state(False, c.REASON_BAD_KUBECONFIG,
+                            f"cannot build a client from the kubeconfig ({type(error).__name__})")
+            return
+        self.mirrors = Informer(
+            Resource(self.client, TRAINJOBS),
+            label_selector=f"{c.LABEL_ORIGIN}={self._origin}",
+            settings=self._informer_settings,
+            on_connection=self._on_watch_state,
+            name=f"{self.name}/mirrors",
+        )
+        self.mirrors.add_handler(self._on_mirror_event)
+        self._tasks = [
+            asyncio.create_task(self.mirrors.run(), name=f"worker/{self.name}/watch-mirrors"),
+            asyncio.create_task(self._probe_loop(), name=f"worker/{self.name}/probe"),
+        ]
+
+    def _on_watch_state(self, error: Exception | None) -> None:
+        self._watch_error = error
+        if error is not None:
+            self._set_state(False, *_reason_for(error))
+        self._probe_now.set()
+
+    async def probe(self) -> None:
+        """One health check: can we reach the worker and does it serve TrainJobs?"""
+        assert self.client is not None
+        self.last_probe = time.time()
+        try:
+            await self.client.request("GET", f"/apis/{GROUP}/{VERSION}", verb="probe")
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            self._set_state(False, *_reason_for(error))
+            return
+        if self.mirrors is not None and self.mirrors.synced.is_set() and self._watch_error is None:
+            self._set_state(True, c.REASON_CONNECTED, "connected")
+
+    async def _probe_loop(self) -> None:
+        while True:
+            await self.probe()
+            self._probe_now.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._probe_now.wait(), self._probe_interval)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self.client is not None:
+            await self.client.close()
+            self.client = None
+
+
+class WorkerRegistry:
+    """The live connections, by worker name."""
+
+    def __init__(
+        self,
+        *,
+        client_settings: ClientSettings,
+        informer_settings: InformerSettings,
+        origin: str,
+        probe_interval: float,
+        on_change: ChangeHandler,
+        on_mirror_event: Callable[[str, str, dict[str, object]], None],
+        observer: RequestObserver,
+    ) -> None:
+        self.workers: dict[str, WorkerConnection] = {}
+        self._client_settings = client_settings
+        self._informer_settings = informer_settings
+        self._origin = origin
+        self._probe_interval = probe_interval
+        self._on_change = on_change
+        self._on_mirror_event = on_mirror_event
+        self._observer = observer
+        self._lock = asyncio.Lock()
+
+    def get(self, name: str) -> WorkerConnection | None:
+        return self.workers.get(name)
+
+    def _connection(self, spec: WorkerSpec, lost_since: float | None) -> WorkerConnection:
+        def on_mirror(event_type: str, obj: dict[str, object]) -> None:
+            self._on_mirror_event(spec.name, event_type, obj)
+
+        return WorkerConnection(
+            spec=spec,
+            client_settings=self._client_settings,
+            informer_settings=self._informer_settings,
+            origin=self._origin,
+            probe_interval=self._probe_interval,
+            on_change=self._on_change,
+            on_mirror_event=on_mirror,
+            observer=self._observer,
+            lost_since=lost_since,
+        )
+
+    async def apply(self, specs: Iterable[WorkerSpec],
+                    lost_since: dict[str, float] | None = None) -> None:
+        """Connect, reconnect or close workers so the registry matches `specs`."""
+        async with self._lock:
+            wanted = {spec.name: spec for spec in specs}
+            for name in list(self.workers):
+                if name not in wanted:
+                    connection = self.workers.pop(name)
+                    await connection.stop()
+                    self._on_change(connection)
+            for name, spec in wanted.items():
+                current = self.workers.get(name)
+                if current is not None and (
+                    current.spec.connection_fields() == spec.connection_fields()
+                ):
+                    if current.spec != spec:
+                        current.spec = replace(spec)
+                        self._on_change(current)
+                    continue
+                since = current.lost_since if current else (lost_since or {}).get(name)
+                if current is not None:
+                    await current.stop()
+                connection = self._connection(spec, since)
+                self.workers[name] = connection
+                await connection.start()
+                self._on_change(connection)
+
+    async def close(self) -> None:
+        async with self._lock:
+            for connection in self.workers.values():
+                await connection.stop()
+            self.workers.clear()

@@ -1,0 +1,74 @@
+"""Prometheus metrics of the dispatcher, all prefixed `dispatcher_`.
+
+Labels are bounded: worker names, resource names, reasons, verbs and codes; never job
+names. Each instance owns its own registry, so tests can run several dispatchers in one
+process.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_WAIT_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.jobs = Gauge("dispatcher_jobs", "Claimed TrainJobs by state (pending, placed, "
+                          "running, finished) and worker ('' while pending).",
+                          ["state", "worker"], registry=r)
+        self.placements = Counter("dispatcher_placements_total",
+                                  "Jobs placed on a worker.", ["worker"], registry=r)
+        self.evictions = Counter("dispatcher_evictions_total",
+                                 "Jobs evicted from a worker and requeued.",
+                                 ["worker", "reason"], registry=r)
+        self.requeues = Counter("dispatcher_requeues_total",
+                                "Jobs put back in the queue.", ["reason"], registry=r)
+        self.dispatch_errors = Counter("dispatcher_dispatch_errors_total",
+                                       "Mirror creations refused or failed.",
+                                       ["worker", "reason"], registry=r)
+        self.garbage_collected = Counter("dispatcher_mirrors_garbage_collected_total",
+                                         "Orphan mirrors deleted.", ["worker"], registry=r)
+        self.dispatch_latency = Histogram(
+            "dispatcher_dispatch_latency_seconds",
+            "From the manager TrainJob's creation to its mirror created on a worker.",
+            buckets=_LATENCY_BUCKETS, registry=r)
+        self.status_sync_latency = Histogram(
+            "dispatcher_status_sync_latency_seconds",
+            "From a mirror status change seen to the manager status updated.",
+            buckets=_LATENCY_BUCKETS, registry=r)
+        self.quota_wait = Histogram(
+            "dispatcher_quota_wait_seconds",
+            "Time a job waited in the queue before it was placed.",
+            buckets=_WAIT_BUCKETS, registry=r)
+        self.worker_active = Gauge("dispatcher_worker_active",
+                                   "1 when the worker is connected and usable.",
+                                   ["worker"], registry=r)
+        self.worker_quota = Gauge("dispatcher_worker_quota", "Quota per worker and resource.",
+                                  ["worker", "resource"], registry=r)
+        self.worker_used = Gauge("dispatcher_worker_used",
+                                 "Quota booked by placed jobs per worker and resource.",
+                                 ["worker", "resource"], registry=r)
+        self.worker_free = Gauge("dispatcher_worker_free", "Free quota per worker and resource.",
+                                 ["worker", "resource"], registry=r)
+        self.api_requests = Counter("dispatcher_api_requests_total",
+                                    "API requests by cluster, verb and HTTP code (0: no answer).",
+                                    ["cluster", "verb", "code"], registry=r)
+        self.api_latency = Histogram("dispatcher_api_request_duration_seconds",
+                                     "API request latency by cluster and verb.",
+                                     ["cluster", "verb"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.watch_restarts = Gauge("dispatcher_watch_restarts",
+                                    "Watch restarts after errors, per cluster.",
+                                    ["cluster"], registry=r)
+        self.queue_depth = Gauge("dispatcher_workqueue_depth",
+                                 "Keys waiting in the reconcile queue.", registry=r)
+        self.pending_jobs = Gauge("dispatcher_pending_jobs",
+                                  "Claimed jobs waiting for a placement.", registry=r)
+        self.leader = Gauge("dispatcher_leader", "1 while this replica leads.", registry=r)
+
+    def observe_request(self, cluster: str, verb: str, code: int, seconds: float) -> None:
+        self.api_requests.labels(cluster, verb, str(code)).inc()
+        self.api_latency.labels(cluster, verb).observe(seconds)
