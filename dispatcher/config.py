@@ -166,15 +166,15 @@ class DispatcherConfig(BaseSettings):
     )
     reconcile_workers: int = Field(16, alias="reconcileWorkers", ge=1,
                                    description="Concurrent reconciles of manager TrainJobs.")
-    claim: ClaimConfig = Field(default_factory=ClaimConfig)  # type: ignore[arg-type]
-    client: ClientConfig = Field(default_factory=ClientConfig)  # type: ignore[arg-type]
-    workers: WorkersConfig = Field(default_factory=WorkersConfig)  # type: ignore[arg-type]
-    placement: PlacementConfig = Field(default_factory=PlacementConfig)  # type: ignore[arg-type]
-    mirror: MirrorConfig = Field(default_factory=MirrorConfig)  # type: ignore[arg-type]
-    gc: GCConfig = Field(default_factory=GCConfig)  # type: ignore[arg-type]
-    server: ServerConfig = Field(default_factory=ServerConfig)  # type: ignore[arg-type]
+    claim: ClaimConfig = Field(default_factory=ClaimConfig)
+    client: ClientConfig = Field(default_factory=ClientConfig)
+    workers: WorkersConfig = Field(default_factory=WorkersConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    mirror: MirrorConfig = Field(default_factory=MirrorConfig)
+    gc: GCConfig = Field(default_factory=GCConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
     leader_election: LeaderElectionConfig = Field(
-        default_factory=LeaderElectionConfig,  # type: ignore[arg-type]
+        default_factory=LeaderElectionConfig,
         alias="leaderElection",
     )
     json_logs: bool = Field(False, alias="jsonLogs", description="Log one JSON object a line.")

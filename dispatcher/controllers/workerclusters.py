@@ -196,6 +196,9 @@ class WorkerClustersController:
 
     async def run(self) -> None:
         """Apply registrations and write statuses on changes, and every few seconds."""
+        for informer in (self.worker_clusters, self.secrets):
+            if informer is not None:
+                await informer.synced.wait()
         while True:
             try:
                 if self._changed.is_set():

@@ -17,9 +17,9 @@ from typing import Any
 
 import aiohttp
 from aiolimiter import AsyncLimiter
-from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
-from kubernetes_asyncio.config import new_client_from_config_dict
+from kubernetes_asyncio.config import load_incluster_config, new_client_from_config_dict
 
 JSON = dict[str, Any]
 RequestObserver = Callable[[str, str, int, float], None]
@@ -78,6 +78,16 @@ class ClusterClient:
         api = await new_client_from_config_dict(config_dict=kubeconfig)
         api.configuration.connection_pool_maxsize = settings.pool_size
         return cls(name=name, api=api, settings=settings, observer=observer)
+
+    @classmethod
+    async def in_cluster(
+        cls, *, name: str, settings: ClientSettings, observer: RequestObserver = _no_observer
+    ) -> ClusterClient:
+        """The client of the cluster this process runs in (service-account token)."""
+        configuration = Configuration()
+        load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        configuration.connection_pool_maxsize = settings.pool_size
+        return cls(name=name, api=ApiClient(configuration), settings=settings, observer=observer)
 
     @property
     def host(self) -> str:

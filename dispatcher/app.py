@@ -1,0 +1,242 @@
+"""Wiring: configuration -> clients -> caches -> controllers, in one asyncio.TaskGroup.
+
+Start-up order matters for correctness: the manager's caches sync first, then the
+workers are connected, then the quota ledger is rebuilt from the placement annotations
+of the manager's TrainJobs, and only then may the scheduling loop place anything. So a
+restarted dispatcher never books the same quota twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Any
+
+from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES
+from dispatcher.api.workercluster import WORKER_CLUSTERS
+from dispatcher.config import DispatcherConfig
+from dispatcher.controllers.gc import GarbageCollector
+from dispatcher.controllers.jobs import JobsController
+from dispatcher.controllers.scheduling import SchedulingLoop
+from dispatcher.controllers.trainjob_kind import TrainJobKind
+from dispatcher.controllers.workerclusters import WorkerClustersController
+from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
+from dispatcher.kube.client import ClientSettings, ClusterClient
+from dispatcher.kube.informer import Informer, InformerSettings
+from dispatcher.kube.resource import SECRETS, Resource
+from dispatcher.kube.workqueue import WorkQueue
+from dispatcher.observability.events import EventRecorder
+from dispatcher.observability.metrics import Metrics
+from dispatcher.observability.server import HealthServer
+from dispatcher.placement import resources
+from dispatcher.placement.ledger import Ledger
+from dispatcher.placement.scheduler import Decision, WorkerView
+
+log = logging.getLogger(__name__)
+_GAUGE_INTERVAL_SECONDS = 2.0
+
+
+class Dispatcher:
+    """One dispatcher process; `run()` until cancelled."""
+
+    def __init__(self, config: DispatcherConfig, *,
+                 manager_kubeconfig: dict[str, Any] | None = None,
+                 instance: str | None = None) -> None:
+        self.config = config
+        self.instance = instance or socket.gethostname()
+        self.metrics = Metrics()
+        self.ready = asyncio.Event()
+        self.server: HealthServer | None = None
+        self.jobs: JobsController | None = None
+        self.registry: WorkerRegistry | None = None
+        self.ledger = Ledger()
+        self._manager_kubeconfig = manager_kubeconfig
+        self._gc: GarbageCollector | None = None
+        self._worker_clusters: WorkerClustersController | None = None
+        self._scheduling: SchedulingLoop | None = None
+
+    async def _manager_client(self) -> ClusterClient:
+        settings = self._client_settings()
+        observer = self.metrics.observe_request
+        if self._manager_kubeconfig is not None:
+            return await ClusterClient.from_kubeconfig(
+                name="manager", kubeconfig=self._manager_kubeconfig, settings=settings,
+                observer=observer)
+        if self.config.manager_kubeconfig is not None:
+            import yaml
+
+            kubeconfig = yaml.safe_load(self.config.manager_kubeconfig.read_text())
+            return await ClusterClient.from_kubeconfig(
+                name="manager", kubeconfig=kubeconfig, settings=settings, observer=observer)
+        return await ClusterClient.in_cluster(name="manager", settings=settings,
+                                              observer=observer)
+
+    def _client_settings(self) -> ClientSettings:
+        cfg = self.config.client
+        return ClientSettings(qps=cfg.qps, burst=cfg.burst, timeout_seconds=cfg.timeout_seconds)
+
+    def _worker_views(self) -> list[WorkerView]:
+        assert self.registry is not None
+        views = []
+        for worker in self.registry.workers.values():
+            spec = worker.spec
+            views.append(WorkerView(
+                name=worker.name, quota=spec.quota, used=self.ledger.used(worker.name),
+                labels=spec.labels, active=worker.usable() and worker.collected,
+                cordoned=spec.cordoned or spec.drain,
+            ))
+        return views
+
+    def _on_worker_change(self, worker: WorkerConnection) -> None:
+        assert self.jobs is not None and self._worker_clusters is not None
+        self.jobs.on_worker_change(worker)
+        self._worker_clusters.trigger()
+        self.metrics.worker_active.labels(worker.name).set(1 if worker.active else 0)
+        if worker.usable() and not worker.collected:
+            asyncio.get_running_loop().create_task(
+                self._collect_then_open(worker), name=f"worker/{worker.name}/gc-on-connect")
+
+    async def _collect_then_open(self, worker: WorkerConnection) -> None:
+        assert self._gc is not None and self._scheduling is not None
+        try:
+            await self._gc.collect(worker)
+        except Exception as error:
+            log.warning("collecting stale mirrors on %s failed: %s", worker.name, error,
+                        extra={"worker": worker.name})
+            return
+        worker.collected = True
+        self._scheduling.trigger()
+
+    def _on_mirror_event(self, worker: str, event_type: str, obj: dict[str, Any]) -> None:
+        assert self.jobs is not None
+        self.jobs.on_mirror_event(worker, event_type, obj)
+
+    def _on_decision(self, decision: Decision) -> None:
+        assert self.jobs is not None
+        self.jobs.on_decision(decision)
+
+    def _refresh_gauges(self) -> None:
+        assert self.registry is not None and self.jobs is not None
+        assert self._scheduling is not None
+        m = self.metrics
+        m.pending_jobs.set(len(self._scheduling.pending))
+        m.jobs.clear()
+        m.jobs.labels("pending", "").set(len(self._scheduling.pending))
+        for worker in self.registry.workers.values():
+            bookings = self.ledger.jobs_on(worker.name)
+            running = 0
+            for booking in bookings:
+                job = self.jobs.trainjobs.get(booking.key)
+                status = (job or {}).get("status") or {}
+                if any(js.get("active") for js in status.get("jobsStatus") or []):
+                    running += 1
+            m.jobs.labels("placed", worker.name).set(len(bookings))
+            m.jobs.labels("running", worker.name).set(running)
+            m.worker_active.labels(worker.name).set(1 if worker.usable() else 0)
+            used = self.ledger.used(worker.name)
+            quota = worker.spec.quota or {}
+            for name in set(quota) | set(used):
+                m.worker_used.labels(worker.name, name).set(float(used.get(name, 0)))
+                if name in quota:
+                    m.worker_quota.labels(worker.name, name).set(float(quota[name]))
+                    free = resources.subtract(quota, used).get(name, 0)
+                    m.worker_free.labels(worker.name, name).set(float(free))
+            if worker.mirrors is not None:
+                m.watch_restarts.labels(worker.name).set(worker.mirrors.restarts)
+        m.queue_depth.set(len(self.jobs.queue))
+
+    async def _gauges(self) -> None:
+        while True:
+            try:
+                self._refresh_gauges()
+            except Exception:
+                log.exception("refreshing gauges failed")
+            await asyncio.sleep(_GAUGE_INTERVAL_SECONDS)
+
+    async def _start_when_synced(self, informers: list[Informer]) -> None:
+        assert self.jobs is not None and self._scheduling is not None
+        assert self._worker_clusters is not None
+        await asyncio.gather(*(i.synced.wait() for i in informers))
+        await self._worker_clusters.sync()
+        booked = self.jobs.rebuild_ledger()
+        log.info("caches synced; ledger rebuilt with %d placed jobs", booked)
+        for key in list(self.jobs.trainjobs.store):
+            self.jobs.queue.add(key)
+        self._scheduling.ready.set()
+        self.ready.set()
+
+    async def run(self) -> None:
+        cfg = self.config
+        manager = await self._manager_client()
+        informer_settings = InformerSettings()
+        kind = TrainJobKind()
+        queue = WorkQueue(name="trainjobs")
+        trainjobs = Informer(Resource(manager, kind.kind), settings=informer_settings,
+                             name="manager/trainjobs")
+        cluster_runtimes = Informer(Resource(manager, CLUSTER_TRAINING_RUNTIMES),
+                                    settings=informer_settings,
+                                    name="manager/clustertrainingruntimes")
+        runtimes = Informer(Resource(manager, TRAINING_RUNTIMES), settings=informer_settings,
+                            name="manager/trainingruntimes")
+        informers = [trainjobs, cluster_runtimes, runtimes]
+        worker_clusters = secrets = None
+        if cfg.workers.from_crd:
+            worker_clusters = Informer(Resource(manager, WORKER_CLUSTERS),
+                                       settings=informer_settings, name="manager/workerclusters")
+            secrets = Informer(Resource(manager, SECRETS), namespace=cfg.namespace,
+                               settings=informer_settings, name="manager/secrets")
+            informers += [worker_clusters, secrets]
+        self.registry = WorkerRegistry(
+            client_settings=self._client_settings(), informer_settings=informer_settings,
+            origin=cfg.mirror.origin, probe_interval=cfg.workers.probe_interval_seconds,
+            on_change=self._on_worker_change,
+            on_mirror_event=self._on_mirror_event, observer=self.metrics.observe_request,
+        )
+        events = EventRecorder(manager, instance=self.instance)
+        self._scheduling = SchedulingLoop(
+            ledger=self.ledger, workers=self._worker_views, policy=cfg.placement.policy,
+            strategy=cfg.placement.queueing_strategy,
+            on_decision=self._on_decision,
+        )
+        self.jobs = JobsController(
+            config=cfg, manager=manager, registry=self.registry, kind=kind, ledger=self.ledger,
+            scheduling=self._scheduling, trainjobs=trainjobs, cluster_runtimes=cluster_runtimes,
+            runtimes=runtimes, queue=queue, events=events, metrics=self.metrics,
+        )
+        self._worker_clusters = WorkerClustersController(
+            config=cfg, registry=self.registry, ledger=self.ledger,
+            worker_clusters=worker_clusters, secrets=secrets)
+        self._gc = GarbageCollector(
+            manager=manager, registry=self.registry, kind=kind, origin=cfg.mirror.origin,
+            keep_finished=cfg.mirror.keep_finished, interval=cfg.gc.interval_seconds,
+            metrics=self.metrics)
+        trainjobs.add_handler(self.jobs.on_job_event)
+        cluster_runtimes.add_handler(self.jobs.on_runtime_event)
+        runtimes.add_handler(self.jobs.on_runtime_event)
+        for informer in (worker_clusters, secrets):
+            if informer is not None:
+                informer.add_handler(self._worker_clusters.trigger)
+        self.server = HealthServer(registry=self.metrics.registry, host=cfg.server.host,
+                                   port=cfg.server.port, ready=self.ready.is_set,
+                                   role=lambda: "leader")
+        await self.server.start()
+        log.info("serving /metrics, /healthz, /readyz on %s:%d", cfg.server.host,
+                 self.server.port)
+        try:
+            async with asyncio.TaskGroup() as group:
+                for informer in informers:
+                    group.create_task(informer.run(), name=f"informer/{informer.name}")
+                group.create_task(self._start_when_synced(informers), name="start-when-synced")
+                group.create_task(queue.run_workers(self.jobs.reconcile,
+                                                    workers=cfg.reconcile_workers),
+                                  name="reconcile-trainjobs")
+                group.create_task(self._scheduling.run(), name="scheduling")
+                group.create_task(self._worker_clusters.run(), name="workerclusters")
+                group.create_task(self._gc.run(), name="garbage-collector")
+                group.create_task(events.run(), name="events")
+                group.create_task(self._gauges(), name="gauges")
+        finally:
+            await self.registry.close()
+            await self.server.stop()
+            await manager.close()
