@@ -90,9 +90,9 @@ class SchedulingLoop:
                 decision.reason, decision.message
             ):
                 self._on_decision(decision)
-            if decision.reason == c.REASON_UNSCHEDULABLE:
-                log.info("job %s is unschedulable: %s", job.key, decision.message,
-                         extra={"job": job.key})
+                if decision.reason == c.REASON_UNSCHEDULABLE:
+                    log.info("job %s is unschedulable: %s", job.key, decision.message,
+                             extra={"job": job.key})
 
     async def run(self) -> None:
         await self.ready.wait()

@@ -1,0 +1,126 @@
+"""Fixtures for running dispatchers against the shared local control plane.
+
+Each test's dispatcher claims only its own namespace and labels its mirrors with its own
+origin, so tests share the clusters without touching each other's jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import yaml
+
+from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES
+from dispatcher.app import Dispatcher
+from dispatcher.config import DispatcherConfig
+from dispatcher.kube.client import ClusterClient
+from dispatcher.kube.resource import Resource
+from dispatcher.localcluster import LocalControlPlane
+
+SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
+DEFAULT_QUOTA = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "16"}
+StartDispatcher = Callable[..., Awaitable[Dispatcher]]
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+@pytest_asyncio.fixture(scope="session")
+async def runtime_installed(admin_clients: dict[str, ClusterClient]) -> dict[str, Any]:
+    runtime: dict[str, Any] = yaml.safe_load(
+        (SAMPLES / "clustertrainingruntime-torch.yaml").read_text())
+    for client in admin_clients.values():
+        await Resource(client, CLUSTER_TRAINING_RUNTIMES).apply(runtime, field_manager="tests")
+    return runtime
+
+
+@pytest.fixture(scope="session")
+def worker_kubeconfigs(control_plane: LocalControlPlane) -> dict[str, str]:
+    return {name: str(cluster.kubeconfig_path) for name, cluster in control_plane.clusters.items()}
+
+
+def base_config(control_plane: LocalControlPlane, namespace: str) -> dict[str, Any]:
+    return {
+        "namespace": f"{namespace}-system",
+        "claim": {"namespaces": [namespace]},
+        "mirror": {"origin": namespace, "requeueBackoffSeconds": 0.2},
+        "workers": {
+            "fromCRD": False,
+            "static": [
+                {"name": name, "kubeconfig": str(control_plane.clusters[name].kubeconfig_path),
+                 "quota": DEFAULT_QUOTA}
+                for name in ("worker-a", "worker-b")
+            ],
+            "probeIntervalSeconds": 0.5,
+            "lostTimeoutSeconds": 30,
+        },
+        "gc": {"intervalSeconds": 1},
+        "server": {"host": "127.0.0.1", "port": 0},
+        "client": {"timeoutSeconds": 3},
+    }
+
+
+@pytest_asyncio.fixture
+async def start_dispatcher(
+    control_plane: LocalControlPlane, namespace: str, runtime_installed: dict[str, Any]
+) -> AsyncIterator[StartDispatcher]:
+    """Start dispatchers for this test's namespace; all are stopped at the end."""
+    tasks: list[asyncio.Task[None]] = []
+
+    async def start(wait_for_workers: bool = True, **overrides: Any) -> Dispatcher:
+        config = DispatcherConfig.model_validate(
+            deep_merge(base_config(control_plane, namespace), overrides))
+        dispatcher = Dispatcher(config,
+                                manager_kubeconfig=control_plane.clusters["manager"].kubeconfig(),
+                                instance=f"test-{len(tasks)}")
+        task = asyncio.create_task(dispatcher.run(), name=f"dispatcher-{len(tasks)}")
+        tasks.append(task)
+        ready = asyncio.create_task(dispatcher.ready.wait())
+        done, _ = await asyncio.wait({ready, task}, timeout=30,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            ready.cancel()
+            task.result()
+        assert ready in done, "dispatcher did not become ready"
+        if wait_for_workers:
+            await eventually(lambda: _all_workers_open(dispatcher), timeout=20)
+        return dispatcher
+
+    yield start
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _all_workers_open(dispatcher: Dispatcher) -> bool:
+    assert dispatcher.registry is not None
+    return all(w.usable() and w.collected for w in dispatcher.registry.workers.values())
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], *, timeout: float = 10.0,
+                     interval: float = 0.05) -> Any:
+    """Poll `check` until it returns a truthy value; fail with its last value."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    last: Any = None
+    while True:
+        last = await check()
+        if last:
+            return last
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s (last: {last!r})")
+        await asyncio.sleep(interval)

@@ -1,0 +1,350 @@
+"""The core dispatcher on real API servers: a manager and two workers."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+
+from dispatcher.api import constants as c
+from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
+from dispatcher.kube.client import ClusterClient
+from dispatcher.kube.resource import EVENTS, Resource, ResourceKind
+from tests.factories import trainjob
+from tests.integration.conftest import StartDispatcher, eventually
+
+pytestmark = pytest.mark.integration
+WORKERS = ("worker-a", "worker-b")
+_VAP = ResourceKind("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
+                    namespaced=False)
+_VAP_BINDING = ResourceKind("admissionregistration.k8s.io", "v1",
+                            "validatingadmissionpolicybindings", namespaced=False)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def jobs_on(clients: dict[str, ClusterClient], cluster: str) -> Resource:
+    return Resource(clients[cluster], TRAINJOBS)
+
+
+async def mirrors_of(clients: dict[str, ClusterClient], name: str, namespace: str
+                     ) -> dict[str, dict[str, Any]]:
+    found = {}
+    for worker in WORKERS:
+        obj = await jobs_on(clients, worker).get(name, namespace=namespace)
+        if obj is not None:
+            found[worker] = obj
+    return found
+
+
+async def placed_mirror(clients: dict[str, ClusterClient], name: str, namespace: str
+                        ) -> tuple[str, dict[str, Any]]:
+    async def check() -> tuple[str, dict[str, Any]] | None:
+        found = await mirrors_of(clients, name, namespace)
+        return next(iter(found.items())) if found else None
+    result: tuple[str, dict[str, Any]] = await eventually(check)
+    return result
+
+
+async def patch_mirror_status(clients: dict[str, ClusterClient], worker: str, name: str,
+                              namespace: str, status: dict[str, Any]) -> None:
+    await jobs_on(clients, worker).merge_patch(name, {"status": status}, namespace=namespace,
+                                               subresource="status")
+
+
+def condition_of(job: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for cond in ((job or {}).get("status") or {}).get("conditions") or []:
+        if cond["type"] == type_:
+            return dict(cond)
+    return None
+
+
+async def events_for(clients: dict[str, ClusterClient], namespace: str, name: str
+                     ) -> list[dict[str, Any]]:
+    listed = await Resource(clients["manager"], EVENTS).list(namespace=namespace)
+    return [e for e in listed["items"] if e["regarding"]["name"] == name]
+
+
+async def test_claimed_job_runs_on_one_worker_and_unclaimed_is_untouched(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str
+) -> None:
+    await start_dispatcher()
+    manager = jobs_on(admin_clients, "manager")
+    await manager.create(trainjob("claimed", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                                  labels={"team": "vision"}, annotations={"note": "kept"}),
+                         namespace=namespace)
+    untouched = await manager.create(trainjob("plain", namespace), namespace=namespace)
+
+    worker, mirror = await placed_mirror(admin_clients, "claimed", namespace)
+    job = await manager.get("claimed", namespace=namespace)
+    assert job is not None
+    assert job["metadata"]["annotations"][c.ANNOTATION_CLUSTER] == worker
+    assert c.FINALIZER in job["metadata"]["finalizers"]
+    # managedBy is left out of the mirror, so the worker defaults it to its own trainer.
+    assert mirror["spec"]["managedBy"] == "trainer.kubeflow.org/trainjob-controller"
+    assert mirror["spec"]["runtimeRef"]["name"] == "torch-distributed"
+    assert mirror["metadata"]["labels"]["team"] == "vision"
+    assert mirror["metadata"]["labels"][c.LABEL_ORIGIN] == namespace
+    assert mirror["metadata"]["annotations"]["note"] == "kept"
+    assert mirror["metadata"]["annotations"][c.ANNOTATION_MANAGER_UID] == job["metadata"]["uid"]
+    assert set(await mirrors_of(admin_clients, "claimed", namespace)) == {worker}
+
+    assert await mirrors_of(admin_clients, "plain", namespace) == {}
+    plain = await manager.get("plain", namespace=namespace)
+    assert plain is not None
+    assert plain["metadata"]["resourceVersion"] == untouched["metadata"]["resourceVersion"]
+
+
+async def test_mirror_status_is_copied_and_completion_cleans_up(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str
+) -> None:
+    await start_dispatcher()
+    manager = jobs_on(admin_clients, "manager")
+    await manager.create(trainjob("train", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                                  num_nodes=2), namespace=namespace)
+    worker, _ = await placed_mirror(admin_clients, "train", namespace)
+    running = {"jobsStatus": [{"name": "node", "active": 2, "ready": 2, "succeeded": 0,
+                               "failed": 0, "suspended": 0}],
+               "trainerStatus": {"progressPercentage": 40}}
+    await patch_mirror_status(admin_clients, worker, "train", namespace, running)
+
+    async def synced() -> dict[str, Any] | None:
+        job = await manager.get("train", namespace=namespace)
+        status = (job or {}).get("status") or {}
+        return job if status.get("jobsStatus") == running["jobsStatus"] else None
+    job = await eventually(synced, timeout=5)
+    assert job["status"]["trainerStatus"]["progressPercentage"] == 40
+    dispatched = condition_of(job, c.CONDITION_DISPATCHED)
+    assert dispatched is not None and dispatched["status"] == "True"
+    assert worker in dispatched["message"]
+
+    complete = {"type": "Complete", "status": "True", "reason": "AllJobsCompleted",
+                "message": "jobs completed", "lastTransitionTime": _now()}
+    await patch_mirror_status(admin_clients, worker, "train", namespace,
+                              {"conditions": [complete]})
+
+    async def finished() -> dict[str, Any] | None:
+        job = await manager.get("train", namespace=namespace)
+        done = condition_of(job, "Complete")
+        if done and done["status"] == "True" and not (job or {})["metadata"].get("finalizers"):
+            return job
+        return None
+    job = await eventually(finished)
+    assert condition_of(job, "Complete")["reason"] == "AllJobsCompleted"  # type: ignore[index]
+    assert await mirrors_of(admin_clients, "train", namespace) == {}
+
+
+async def test_failed_mirror_fails_the_manager_job_without_rerun(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str
+) -> None:
+    await start_dispatcher()
+    manager = jobs_on(admin_clients, "manager")
+    await manager.create(trainjob("doomed", namespace, managed_by=MANAGED_BY_MULTIKUEUE),
+                         namespace=namespace)
+    worker, _ = await placed_mirror(admin_clients, "doomed", namespace)
+    failed = {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
+              "message": "deadline exceeded", "lastTransitionTime": _now()}
+    await patch_mirror_status(admin_clients, worker, "doomed", namespace,
+                              {"conditions": [failed]})
+
+    async def failed_on_manager() -> dict[str, Any] | None:
+        job = await manager.get("doomed", namespace=namespace)
+        cond = condition_of(job, "Failed")
+        return job if cond and not (job or {})["metadata"].get("finalizers") else None
+    job = await eventually(failed_on_manager)
+    assert condition_of(job, "Failed")["reason"] == "DeadlineExceeded"  # type: ignore[index]
+    assert await mirrors_of(admin_clients, "doomed", namespace) == {}
+    events = await events_for(admin_clients, namespace, "doomed")
+    assert any(e["reason"] == c.REASON_FINISHED for e in events)
+
+
+async def test_deleting_the_manager_job_deletes_the_mirror(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str
+) -> None:
+    await start_dispatcher()
+    manager = jobs_on(admin_clients, "manager")
+    await manager.create(trainjob("short-lived", namespace, managed_by=MANAGED_BY_MULTIKUEUE),
+                         namespace=namespace)
+    await placed_mirror(admin_clients, "short-lived", namespace)
+    await manager.delete("short-lived", namespace=namespace)
+
+    async def all_gone() -> bool:
+        return (await manager.get("short-lived", namespace=namespace) is None
+                and await mirrors_of(admin_clients, "short-lived", namespace) == {})
+    await eventually(all_gone)
+
+
+async def test_orphan_mirror_is_garbage_collected(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str
+) -> None:
+    await start_dispatcher()
+    orphan = trainjob("orphan", namespace, labels={c.LABEL_ORIGIN: namespace},
+                      annotations={c.ANNOTATION_MANAGER_UID: "no-such-uid"})
+    other_origin = trainjob("foreign", namespace, labels={c.LABEL_ORIGIN: "someone-else"})
+    worker_b = jobs_on(admin_clients, "worker-b")
+    await worker_b.create(orphan, namespace=namespace)
+    await worker_b.create(other_origin, namespace=namespace)
+
+    async def collected() -> bool:
+        return await worker_b.get("orphan", namespace=namespace) is None
+    await eventually(collected, timeout=10)
+    assert await worker_b.get("foreign", namespace=namespace) is not None
+
+
+async def test_existing_object_on_a_worker_is_left_alone(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
+    worker_kubeconfigs: dict[str, str],
+) -> None:
+    worker_a = jobs_on(admin_clients, "worker-a")
+    squatter = await worker_a.create(trainjob("contested", namespace), namespace=namespace)
+    # worker-a has more room, so the dispatcher tries it first and meets the conflict.
+    await start_dispatcher(workers={"static": [
+        {"name": "worker-a", "kubeconfig": worker_kubeconfigs["worker-a"],
+         "quota": {"cpu": "64", "memory": "64Gi"}},
+        {"name": "worker-b", "kubeconfig": worker_kubeconfigs["worker-b"],
+         "quota": {"cpu": "8", "memory": "8Gi"}},
+    ]})
+    manager = jobs_on(admin_clients, "manager")
+    await manager.create(trainjob("contested", namespace, managed_by=MANAGED_BY_MULTIKUEUE),
+                         namespace=namespace)
+
+    async def on_b() -> dict[str, Any] | None:
+        return await jobs_on(admin_clients, "worker-b").get("contested", namespace=namespace)
+    await eventually(on_b)
+    still = await worker_a.get("contested", namespace=namespace)
+    assert still is not None
+    assert still["metadata"]["uid"] == squatter["metadata"]["uid"]
+    assert still["metadata"]["resourceVersion"] == squatter["metadata"]["resourceVersion"]
+    job = await manager.get("contested", namespace=namespace)
+    assert job is not None and job["metadata"]["annotations"][c.ANNOTATION_CLUSTER] == "worker-b"
+    events = await eventually(lambda: _events_with(admin_clients, namespace, "contested",
+                                                   c.REASON_NAME_CONFLICT))
+    assert "worker-a" in events[0]["note"]
+
+
+async def _events_with(clients: dict[str, ClusterClient], namespace: str, name: str,
+                       reason: str) -> list[dict[str, Any]]:
+    return [e for e in await events_for(clients, namespace, name) if e["reason"] == reason]
+
+
+async def test_worker_that_rejects_the_mirror_leads_elsewhere_with_the_reason(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
+    worker_kubeconfigs: dict[str, str],
+) -> None:
+    # worker-a refuses TrainJobs in this namespace, as an admission webhook would.
+    policy = f"deny-{namespace}"
+    admission = Resource(admin_clients["worker-a"], _VAP)
+    await admission.create({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": policy},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["*"],
+                "operations": ["CREATE"], "resources": ["trainjobs"]}]},
+            "validations": [{"expression": f"object.metadata.namespace != '{namespace}'",
+                             "message": "runtime torch-distributed is not allowed here"}],
+        },
+    })
+    await Resource(admin_clients["worker-a"], _VAP_BINDING).create({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": policy},
+        "spec": {"policyName": policy, "validationActions": ["Deny"]},
+    })
+    try:
+        await _wait_policy_active(admin_clients, namespace)
+        await start_dispatcher(workers={"static": [
+            {"name": "worker-a", "kubeconfig": worker_kubeconfigs["worker-a"],
+             "quota": {"cpu": "64", "memory": "64Gi"}},
+            {"name": "worker-b", "kubeconfig": worker_kubeconfigs["worker-b"],
+             "quota": {"cpu": "8", "memory": "8Gi"}},
+        ]})
+        manager = jobs_on(admin_clients, "manager")
+        await manager.create(trainjob("picky", namespace, managed_by=MANAGED_BY_MULTIKUEUE),
+                             namespace=namespace)
+
+        async def on_b() -> dict[str, Any] | None:
+            return await jobs_on(admin_clients, "worker-b").get("picky", namespace=namespace)
+        await eventually(on_b)
+        events = await eventually(lambda: _events_with(admin_clients, namespace, "picky",
+                                                       c.REASON_MIRROR_REJECTED))
+        assert "not allowed here" in events[0]["note"]
+        assert await jobs_on(admin_clients, "worker-a").get("picky", namespace=namespace) is None
+    finally:
+        await Resource(admin_clients["worker-a"], _VAP_BINDING).delete(policy)
+        await admission.delete(policy)
+
+
+async def _wait_policy_active(clients: dict[str, ClusterClient], namespace: str) -> None:
+    probe = jobs_on(clients, "worker-a")
+
+    async def denied() -> bool:
+        try:
+            await probe.create(trainjob("probe", namespace), namespace=namespace)
+        except Exception:
+            return True
+        await probe.delete("probe", namespace=namespace)
+        return False
+    await eventually(denied, timeout=10, interval=0.2)
+
+
+async def test_suspend_removes_the_mirror_and_resume_places_again(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str
+) -> None:
+    await start_dispatcher()
+    manager = jobs_on(admin_clients, "manager")
+    await manager.create(trainjob("pausable", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                                  suspend=True), namespace=namespace)
+
+    async def waiting_suspended() -> dict[str, Any] | None:
+        job = await manager.get("pausable", namespace=namespace)
+        cond = condition_of(job, c.CONDITION_DISPATCHED)
+        return job if cond and cond["reason"] == c.REASON_SUSPENDED else None
+    await eventually(waiting_suspended)
+    assert await mirrors_of(admin_clients, "pausable", namespace) == {}
+
+    await manager.merge_patch("pausable", {"spec": {"suspend": False}}, namespace=namespace)
+    await placed_mirror(admin_clients, "pausable", namespace)
+
+    await manager.merge_patch("pausable", {"spec": {"suspend": True}}, namespace=namespace)
+
+    async def unplaced() -> dict[str, Any] | None:
+        job = await manager.get("pausable", namespace=namespace)
+        gone = await mirrors_of(admin_clients, "pausable", namespace) == {}
+        annotations = (job or {})["metadata"].get("annotations") or {}
+        return job if gone and c.ANNOTATION_CLUSTER not in annotations else None
+    job = await eventually(unplaced)
+    assert not job["metadata"].get("finalizers")
+    assert condition_of(job, c.CONDITION_DISPATCHED)["reason"] == c.REASON_SUSPENDED  # type: ignore[index]
+
+
+async def test_missing_runtime_waits_with_reason_then_places(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
+    runtime_installed: dict[str, Any],
+) -> None:
+    from dispatcher.api.trainer import TRAINING_RUNTIMES
+
+    await start_dispatcher()
+    manager = jobs_on(admin_clients, "manager")
+    await manager.create(trainjob("needs-runtime", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                                  runtime="local-torch", runtime_kind="TrainingRuntime"),
+                         namespace=namespace)
+
+    async def waiting() -> dict[str, Any] | None:
+        job = await manager.get("needs-runtime", namespace=namespace)
+        cond = condition_of(job, c.CONDITION_DISPATCHED)
+        return job if cond and cond["reason"] == c.REASON_RUNTIME_NOT_FOUND else None
+    await eventually(waiting)
+    runtime = dict(runtime_installed, kind="TrainingRuntime",
+                   metadata={"name": "local-torch", "namespace": namespace})
+    for cluster in ("manager", *WORKERS):
+        await Resource(admin_clients[cluster], TRAINING_RUNTIMES).create(runtime,
+                                                                         namespace=namespace)
+    await placed_mirror(admin_clients, "needs-runtime", namespace)
+
+
