@@ -140,7 +140,7 @@ class Dispatcher:
                 m.worker_used.labels(worker.name, name).set(float(used.get(name, 0)))
                 if name in quota:
                     m.worker_quota.labels(worker.name, name).set(float(quota[name]))
-                    free = resources.subtract(quota, used).get(name, 0)
+                    free = resources.remaining(quota, used).get(name, 0)
                     m.worker_free.labels(worker.name, name).set(float(free))
             if worker.mirrors is not None:
                 m.watch_restarts.labels(worker.name).set(worker.mirrors.restarts)

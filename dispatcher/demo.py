@@ -10,7 +10,6 @@ a *simulated trainer* on each worker moves mirrors through running to Complete.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -124,7 +123,6 @@ async def _watch(console: Console, jobs: Resource, metrics_url: str) -> int:
             finalizers = any(j["metadata"].get("finalizers") for j in items)
             if items and all(s in _FINAL for s in states) and not finalizers:
                 return 0 if "Failed" not in states else 1
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)
     console.print("[red]not all jobs finished in time[/red]")
     return 1

@@ -165,7 +165,7 @@ class WorkerClustersController:
         if quota is not None:
             desired["quota"] = {k: format_quantity(v) for k, v in quota.items()}
             desired["free"] = {k: format_quantity(v)
-                               for k, v in resources.subtract(quota, used).items()}
+                               for k, v in resources.remaining(quota, used).items()}
         return desired
 
     async def write_statuses(self) -> None:

@@ -168,9 +168,9 @@ class WorkerConnection:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._tasks:
+            # wait() never raises the tasks' CancelledError, but does raise our own.
+            await asyncio.wait(self._tasks)
         self._tasks = []
         if self.client is not None:
             await self.client.close()

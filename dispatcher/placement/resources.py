@@ -38,6 +38,11 @@ def subtract(a: Vector, b: Vector) -> dict[str, Fraction]:
     return result
 
 
+def remaining(quota: Vector, used: Vector) -> dict[str, Fraction]:
+    """What is left of `quota` after `used`, for the resources the quota names."""
+    return {name: amount - used.get(name, Fraction(0)) for name, amount in quota.items()}
+
+
 def scale(vector: Vector, factor: int) -> dict[str, Fraction]:
     return {name: amount * factor for name, amount in vector.items()}
 

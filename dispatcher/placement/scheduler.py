@@ -58,7 +58,7 @@ class WorkerView:
     cordoned: bool = False
 
     def free(self) -> dict[str, Fraction] | None:
-        return None if self.quota is None else resources.subtract(self.quota, self.used)
+        return None if self.quota is None else resources.remaining(self.quota, self.used)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,151 @@
+"""Workers registered as WorkerCluster objects, and a dispatcher killed mid-burst."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dispatcher.admin import register_worker, secret_name
+from dispatcher.api import constants as c
+from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
+from dispatcher.api.workercluster import WORKER_CLUSTERS
+from dispatcher.kube.client import ClusterClient
+from dispatcher.kube.resource import SECRETS, Resource
+from dispatcher.localcluster import LocalControlPlane
+from tests.factories import trainjob
+from tests.integration.conftest import DEFAULT_QUOTA, StartDispatcher, base_config, eventually
+
+pytestmark = pytest.mark.integration
+
+
+def _active(obj: dict[str, Any] | None) -> dict[str, Any] | None:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond["type"] == c.CONDITION_ACTIVE:
+            return dict(cond)
+    return None
+
+
+async def test_broken_kubeconfig_secret_makes_only_that_worker_inactive(
+    start_dispatcher: StartDispatcher, control_plane: LocalControlPlane,
+    admin_clients: dict[str, ClusterClient], namespace: str,
+) -> None:
+    manager = admin_clients["manager"]
+    system = f"{namespace}-system"
+    names = {"worker-a": f"{namespace}-a", "worker-b": f"{namespace}-b"}
+    for cluster, name in names.items():
+        await register_worker(manager, namespace=system, name=name,
+                              kubeconfig=control_plane.clusters[cluster].kubeconfig(),
+                              quota=DEFAULT_QUOTA)
+    workers = Resource(manager, WORKER_CLUSTERS)
+    try:
+        await start_dispatcher(wait_for_workers=False, workers={"fromCRD": True, "static": []})
+
+        async def both_active() -> bool:
+            objs = [await workers.get(n) for n in names.values()]
+            return all((_active(o) or {}).get("status") == "True" for o in objs)
+        await eventually(both_active, timeout=20)
+
+        broken = base64.b64encode(b"apiVersion: v1\nclusters: [unterminated").decode()
+        await Resource(manager, SECRETS).merge_patch(
+            secret_name(names["worker-a"]), {"data": {"kubeconfig": broken}}, namespace=system)
+
+        async def a_bad() -> dict[str, Any] | None:
+            cond = _active(await workers.get(names["worker-a"]))
+            return cond if cond and cond["reason"] == c.REASON_BAD_KUBECONFIG else None
+        cond = await eventually(a_bad, timeout=10)
+        assert cond["status"] == "False"
+        assert "not valid YAML" in cond["message"]
+        assert "unterminated" not in cond["message"]
+        b = _active(await workers.get(names["worker-b"]))
+        assert b is not None and b["status"] == "True"
+
+        jobs = Resource(manager, TRAINJOBS)
+        await jobs.create(trainjob("still-works", namespace, managed_by=MANAGED_BY_MULTIKUEUE),
+                          namespace=namespace)
+        mirror = Resource(admin_clients["worker-b"], TRAINJOBS)
+        await eventually(lambda: mirror.get("still-works", namespace=namespace))
+
+        await Resource(manager, SECRETS).delete(secret_name(names["worker-a"]), namespace=system)
+
+        async def a_missing() -> bool:
+            cond = _active(await workers.get(names["worker-a"]))
+            return bool(cond and cond["reason"] == c.REASON_SECRET_NOT_FOUND)
+        await eventually(a_missing, timeout=10)
+    finally:
+        for name in names.values():
+            await workers.delete(name)
+
+
+async def _placements(admin_clients: dict[str, ClusterClient], namespace: str,
+                      names: list[str]) -> dict[str, list[str]]:
+    """Job name -> the workers holding a mirror of it."""
+    found: dict[str, list[str]] = {n: [] for n in names}
+    for worker in ("worker-a", "worker-b"):
+        listed = await Resource(admin_clients[worker], TRAINJOBS).list(namespace=namespace)
+        for item in listed["items"]:
+            found.setdefault(item["metadata"]["name"], []).append(worker)
+    return found
+
+
+async def test_sigkilled_dispatcher_restarts_without_duplicates_or_losses(
+    control_plane: LocalControlPlane, admin_clients: dict[str, ClusterClient], namespace: str,
+    runtime_installed: dict[str, Any], tmp_path: Path,
+) -> None:
+    config = base_config(control_plane, namespace)
+    config["managerKubeconfig"] = str(control_plane.clusters["manager"].kubeconfig_path)
+    config_path = tmp_path / "dispatcher.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    log = (tmp_path / "dispatcher.log").open("ab")
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-m", "dispatcher", "run", "--config",
+                                 str(config_path)], stdout=log, stderr=log)
+
+    jobs = Resource(admin_clients["manager"], TRAINJOBS)
+    names = [f"burst-{i:03d}" for i in range(40)]
+    process = start()
+    try:
+        for name in names[:20]:
+            await jobs.create(trainjob(name, namespace, managed_by=MANAGED_BY_MULTIKUEUE),
+                              namespace=namespace)
+
+        async def some_placed() -> bool:
+            placed = await _placements(admin_clients, namespace, names)
+            return sum(1 for w in placed.values() if w) >= 3
+        await eventually(some_placed, timeout=30)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        for name in names[20:]:
+            await jobs.create(trainjob(name, namespace, managed_by=MANAGED_BY_MULTIKUEUE),
+                              namespace=namespace)
+        process = start()
+
+        async def all_placed() -> dict[str, list[str]] | None:
+            placed = await _placements(admin_clients, namespace, names)
+            return placed if all(placed[n] for n in names) else None
+        placed = await eventually(all_placed, timeout=60)
+        await asyncio.sleep(1.0)
+        placed = await _placements(admin_clients, namespace, names)
+        assert all(len(workers) == 1 for workers in placed.values()), placed
+        for name in names:
+            job = await jobs.get(name, namespace=namespace)
+            assert job is not None
+            assert job["metadata"]["annotations"][c.ANNOTATION_CLUSTER] == placed[name][0]
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        log.close()
+        assert os.path.exists(tmp_path / "dispatcher.log")
