@@ -154,7 +154,8 @@ class Dispatcher:
                 log.exception("refreshing gauges failed")
             await asyncio.sleep(_GAUGE_INTERVAL_SECONDS)
 
-    async def _start_when_synced(self, informers: list[Informer]) -> None:
+    async def _start_when_synced(self, informers: list[Informer], queue: WorkQueue) -> None:
+        """Sync caches, connect workers, rebuild the ledger; then reconcile (forever)."""
         assert self.jobs is not None and self._scheduling is not None
         assert self._worker_clusters is not None
         await asyncio.gather(*(i.synced.wait() for i in informers))
@@ -165,6 +166,7 @@ class Dispatcher:
             self.jobs.queue.add(key)
         self._scheduling.ready.set()
         self.ready.set()
+        await queue.run_workers(self.jobs.reconcile, workers=self.config.reconcile_workers)
 
     async def run(self) -> None:
         cfg = self.config
@@ -227,9 +229,7 @@ class Dispatcher:
             async with asyncio.TaskGroup() as group:
                 for informer in informers:
                     group.create_task(informer.run(), name=f"informer/{informer.name}")
-                group.create_task(self._start_when_synced(informers), name="start-when-synced")
-                group.create_task(queue.run_workers(self.jobs.reconcile,
-                                                    workers=cfg.reconcile_workers),
+                group.create_task(self._start_when_synced(informers, queue),
                                   name="reconcile-trainjobs")
                 group.create_task(self._scheduling.run(), name="scheduling")
                 group.create_task(self._worker_clusters.run(), name="workerclusters")

@@ -100,7 +100,8 @@ async def _run(console: Console, clusters: dict[str, Any], clients: dict[str, Cl
     async with asyncio.TaskGroup() as group:
         service = group.create_task(dispatcher.run(), name="dispatcher")
         sims = [group.create_task(t.run(), name="simulated-trainer") for t in trainers]
-        await asyncio.wait_for(dispatcher.ready.wait(), 60)
+        async with asyncio.timeout(60):
+            await dispatcher.ready.wait()
         assert dispatcher.server is not None
         metrics_url = f"http://127.0.0.1:{dispatcher.server.port}/metrics"
         await ensure_namespace(manager, NAMESPACE)

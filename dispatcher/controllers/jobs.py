@@ -99,6 +99,8 @@ class JobsController:
         self._namespaces: dict[str, set[str]] = {}
         self._status_seen: dict[str, float] = {}
         self._first_seen: dict[str, float] = {}
+        self._deleted_mirrors: set[str] = set()
+        """UIDs of mirrors this process deleted: their DELETED events are no news."""
 
     # ----- event handlers: map to keys and enqueue -----
 
@@ -114,7 +116,11 @@ class JobsController:
     def on_mirror_event(self, worker: str, event_type: str, obj: JSON) -> None:
         key = job_key(obj)
         if event_type == DELETED:
-            self._tombstones[(worker, key)] = obj
+            uid = obj["metadata"].get("uid")
+            if uid in self._deleted_mirrors:
+                self._deleted_mirrors.discard(uid)
+            else:
+                self._tombstones[(worker, key)] = obj
         else:
             self._tombstones.pop((worker, key), None)
             self._status_seen.setdefault(key, time.monotonic())
@@ -256,6 +262,7 @@ class JobsController:
             raise
         self.trainjobs.remember(updated)
         self.scheduling.confirm(metadata["uid"])
+        self._tombstones.pop((worker, job_key(job)), None)
         self.metrics.placements.labels(worker).inc()
         first_seen = self._first_seen.get(metadata["uid"])
         if first_seen is not None:
@@ -412,10 +419,12 @@ class JobsController:
                                  origin=self.config.mirror.origin):
             return True
         metadata = mirror["metadata"]
+        self._deleted_mirrors.add(metadata["uid"])
         try:
             await Resource(worker.client, self.kind.kind).delete(
                 metadata["name"], namespace=metadata["namespace"], uid=metadata["uid"])
         except ApiException as error:
+            self._deleted_mirrors.discard(metadata["uid"])
             if error.status != 409:
                 raise
         worker.mirrors.forget(key)

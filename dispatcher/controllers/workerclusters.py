@@ -210,4 +210,5 @@ class WorkerClustersController:
             except Exception:
                 log.exception("syncing workers failed")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), 2.0)
+                async with asyncio.timeout(2.0):
+                    await self._changed.wait()

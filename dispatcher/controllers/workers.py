@@ -163,18 +163,22 @@ class WorkerConnection:
             await self.probe()
             self._probe_now.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._probe_now.wait(), self._probe_interval)
+                async with asyncio.timeout(self._probe_interval):
+                    await self._probe_now.wait()
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        """Cancel the tasks and close the client, even when cancelled while waiting."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
             task.cancel()
-        if self._tasks:
-            # wait() never raises the tasks' CancelledError, but does raise our own.
-            await asyncio.wait(self._tasks)
-        self._tasks = []
-        if self.client is not None:
-            await self.client.close()
-            self.client = None
+        try:
+            if tasks:
+                # wait() never raises the tasks' CancelledError, but does raise our own.
+                await asyncio.wait(tasks)
+        finally:
+            client, self.client = self.client, None
+            if client is not None:
+                await client.close()
 
 
 class WorkerRegistry:

@@ -112,7 +112,8 @@ class WorkQueue:
             self._timer_wakeup.clear()
             timeout = self._delayed[0][0] - now if self._delayed else None
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._timer_wakeup.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._timer_wakeup.wait()
 
     async def _worker(self, reconcile: Reconciler) -> None:
         while True:

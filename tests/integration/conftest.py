@@ -102,9 +102,15 @@ async def start_dispatcher(
     yield start
     for task in tasks:
         task.cancel()
-    for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    if tasks:
+        done, stuck = await asyncio.wait(tasks, timeout=15)
+        for task in stuck:
+            for other in asyncio.all_tasks():
+                other.print_stack(limit=8)
+        assert not stuck, "a dispatcher did not stop within 15s of being cancelled"
+        for task in done:
+            with contextlib.suppress(asyncio.CancelledError):
+                task.result()
 
 
 async def _all_workers_open(dispatcher: Dispatcher) -> bool:
