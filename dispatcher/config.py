@@ -142,14 +142,6 @@ class ServerConfig(_Group):
     port: int = Field(8080, ge=0, le=65535, description="Port of the same; 0 picks one.")
 
 
-class LeaderElectionConfig(_Group):
-    enabled: bool = Field(False, description="Run only while holding the Lease.")
-    lease_name: str = Field("trainjob-dispatcher", alias="leaseName")
-    lease_duration_seconds: float = Field(15.0, alias="leaseDurationSeconds", gt=0)
-    renew_deadline_seconds: float = Field(10.0, alias="renewDeadlineSeconds", gt=0)
-    retry_period_seconds: float = Field(2.0, alias="retryPeriodSeconds", gt=0)
-
-
 class DispatcherConfig(BaseSettings):
     """The root of the configuration."""
 
@@ -159,7 +151,7 @@ class DispatcherConfig(BaseSettings):
     )
 
     namespace: str = Field("trainjob-dispatcher",
-                           description="The dispatcher's own namespace (Secrets, Lease).")
+                           description="The dispatcher's own namespace: worker kubeconfig Secrets are read only here.")
     manager_kubeconfig: Path | None = Field(
         None, alias="managerKubeconfig",
         description="Kubeconfig of the manager; unset means in-cluster.",
@@ -173,13 +165,33 @@ class DispatcherConfig(BaseSettings):
     mirror: MirrorConfig = Field(default_factory=MirrorConfig)
     gc: GCConfig = Field(default_factory=GCConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
-    leader_election: LeaderElectionConfig = Field(
-        default_factory=LeaderElectionConfig,
-        alias="leaderElection",
-    )
     json_logs: bool = Field(False, alias="jsonLogs", description="Log one JSON object a line.")
 
     @classmethod
     def from_file(cls, path: Path) -> DispatcherConfig:
+        """Load a YAML file; environment variables still override it."""
         data: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
         return cls(**data)
+
+
+def reference_markdown() -> str:
+    """The configuration reference table of the README, made from the models."""
+    rows = ["| key | default | meaning |", "| --- | --- | --- |"]
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            key = f"{prefix}{field.alias or name}"
+            annotation = field.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                walk(annotation, f"{key}.")
+                continue
+            default = field.get_default(call_default_factory=True)
+            shown = default.value if hasattr(default, "value") else default
+            rows.append(f"| `{key}` | `{shown!r}` | {field.description or ''} |")
+
+    walk(DispatcherConfig, "")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

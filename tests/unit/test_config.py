@@ -1,0 +1,49 @@
+"""The configuration's defaults are pinned: changing one is a decision, not an accident."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from dispatcher.config import DispatcherConfig, reference_markdown
+
+
+def test_defaults() -> None:
+    config = DispatcherConfig()
+    assert config.model_dump(mode="json", by_alias=True) == {
+        "namespace": "trainjob-dispatcher",
+        "managerKubeconfig": None,
+        "reconcileWorkers": 16,
+        "claim": {"managedBy": "kueue.x-k8s.io/multikueue", "namespaces": [],
+                  "labelSelector": ""},
+        "client": {"qps": 200.0, "burst": 400, "timeoutSeconds": 15.0},
+        "workers": {"fromCRD": True, "static": [], "probeIntervalSeconds": 10.0,
+                    "lostTimeoutSeconds": 900.0, "createNamespaces": True,
+                    "allowInsecureKubeconfigs": False},
+        "placement": {"policy": "MostFree", "queueingStrategy": "BestEffortFIFO",
+                      "demandMode": "Sum", "rejectionBackoffSeconds": 300.0},
+        "mirror": {"origin": "trainjob-dispatcher", "keepFinished": False, "maxEvictions": 5,
+                   "requeueBackoffSeconds": 5.0},
+        "gc": {"intervalSeconds": 60.0},
+        "server": {"host": "0.0.0.0", "port": 8080},
+        "jsonLogs": False,
+    }
+
+
+def test_unknown_keys_and_bad_values_are_refused() -> None:
+    with pytest.raises(ValidationError):
+        DispatcherConfig.model_validate({"workers": {"lostTimout": 3}})
+    with pytest.raises(ValidationError):
+        DispatcherConfig.model_validate({"client": {"qps": 0}})
+
+
+def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISPATCHER_CLIENT__QPS", "500")
+    assert DispatcherConfig().client.qps == 500
+
+
+def test_the_readme_carries_the_configuration_reference() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert reference_markdown() in readme, "regenerate with `python -m dispatcher.config`"

@@ -1,0 +1,115 @@
+"""Queue order and worker choice: one pure scheduling pass."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dispatcher.api import constants as c
+from dispatcher.placement.options import PlacementPolicy, QueueingStrategy
+from dispatcher.placement.resources import add, fits, remaining
+from dispatcher.placement.scheduler import PendingJob, WorkerView, schedule
+from dispatcher.placement.selector import parse_selector
+
+
+def job(key: str, cpu: int, *, priority: int = 0, created: str = "", **kw: object) -> PendingJob:
+    return PendingJob(key=key, uid=key, demand={"cpu": Fraction(cpu)}, priority=priority,
+                      created=created or f"2026-01-01T00:00:{int(key[-1]):02d}Z", **kw)  # type: ignore[arg-type]
+
+
+def worker(name: str, cpu: int, used: int = 0, **kw: object) -> WorkerView:
+    return WorkerView(name=name, quota={"cpu": Fraction(cpu)},
+                      used={"cpu": Fraction(used)}, **kw)  # type: ignore[arg-type]
+
+
+def test_priority_then_creation_time() -> None:
+    decisions = schedule([job("j1", 4), job("j2", 4, priority=10), job("j3", 4)],
+                         [worker("a", 8)])
+    placed = [d.key for d in decisions if d.worker]
+    assert placed == ["j2", "j1"]
+    assert [d.key for d in decisions if not d.worker] == ["j3"]
+
+
+def test_best_effort_lets_small_jobs_pass_strict_does_not() -> None:
+    pending = [job("j1", 6), job("j2", 2)]
+    best = schedule(pending, [worker("a", 8, used=4)])
+    assert {d.key: d.worker for d in best} == {"j1": None, "j2": "a"}
+    strict = schedule(pending, [worker("a", 8, used=4)], strategy=QueueingStrategy.STRICT_FIFO)
+    assert {d.key: d.worker for d in strict} == {"j1": None, "j2": None}
+    assert "behind j1" in next(d.message for d in strict if d.key == "j2")
+
+
+def test_most_free_spreads_best_fit_packs() -> None:
+    workers = [worker("a", 8, used=4), worker("b", 8)]
+    spread = schedule([job("j1", 2)], workers)
+    assert spread[0].worker == "b"
+    packed = schedule([job("j1", 2)], [worker("a", 8, used=4), worker("b", 8)],
+                      policy=PlacementPolicy.BEST_FIT)
+    assert packed[0].worker == "a"
+
+
+def test_ties_go_to_the_first_name() -> None:
+    assert schedule([job("j1", 1)], [worker("b", 8), worker("a", 8)])[0].worker == "a"
+
+
+def test_too_big_for_every_quota_is_unschedulable_and_says_so() -> None:
+    decision = schedule([job("j1", 32)], [worker("a", 8), worker("b", 16)])[0]
+    assert decision.reason == c.REASON_UNSCHEDULABLE
+    assert "32 cpu needed" in decision.message
+
+
+def test_waiting_message_names_the_best_worker() -> None:
+    decision = schedule([job("j1", 4)], [worker("a", 8, used=6), worker("b", 8, used=7)])[0]
+    assert decision.reason == c.REASON_WAITING_FOR_QUOTA
+    assert decision.message == "no worker has 4 cpu free; best: a with 2"
+    assert decision.position == 1
+
+
+def test_cordoned_inactive_excluded_and_selector() -> None:
+    workers = [worker("a", 8, cordoned=True), worker("b", 8, active=False),
+               worker("c", 8, labels={"gpu": "a100"}), worker("d", 8, labels={"gpu": "h100"})]
+    decisions = schedule([
+        job("j1", 1, selector=parse_selector("gpu=h100")),
+        job("j2", 1, excluded=frozenset({"c", "d"})),
+        job("j3", 1, selector=parse_selector("gpu in (a100)")),
+    ], workers)
+    by_key = {d.key: d for d in decisions}
+    assert by_key["j1"].worker == "d"
+    assert by_key["j2"].worker is None and by_key["j2"].reason == c.REASON_NO_ACTIVE_WORKER
+    assert by_key["j3"].worker == "c"
+
+
+def test_unlimited_worker_takes_anything() -> None:
+    unlimited = WorkerView(name="u", quota=None)
+    assert schedule([job("j1", 10**6)], [unlimited])[0].worker == "u"
+
+
+@given(
+    demands=st.lists(st.integers(min_value=1, max_value=16), min_size=1, max_size=25),
+    capacities=st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=4),
+    strategy=st.sampled_from(list(QueueingStrategy)),
+    policy=st.sampled_from(list(PlacementPolicy)),
+)
+def test_a_pass_never_exceeds_any_quota(demands: list[int], capacities: list[int],
+                                        strategy: QueueingStrategy,
+                                        policy: PlacementPolicy) -> None:
+    pending = [job(f"j{i}", d, created=f"2026-01-01T00:{i:02d}:00Z")
+               for i, d in enumerate(demands)]
+    workers = [worker(f"w{i}", cap) for i, cap in enumerate(capacities)]
+    decisions = schedule(pending, workers, policy=policy, strategy=strategy)
+    assert len(decisions) == len(pending)
+    for w in workers:
+        placed = [p.demand for p in pending
+                  for d in decisions if d.uid == p.uid and d.worker == w.name]
+        assert fits(add(*placed), w.quota)
+    # BestEffortFIFO is work-conserving: every waiting job fits no worker's free quota.
+    if strategy == QueueingStrategy.BEST_EFFORT_FIFO:
+        used = {w.name: add(*[p.demand for p in pending for d in decisions
+                              if d.uid == p.uid and d.worker == w.name]) for w in workers}
+        for p in pending:
+            decision = next(d for d in decisions if d.uid == p.uid)
+            if decision.worker is None:
+                assert not any(fits(p.demand, remaining(w.quota or {}, used[w.name]))
+                               for w in workers)
