@@ -150,8 +150,11 @@ class DispatcherConfig(BaseSettings):
         populate_by_name=True,
     )
 
-    namespace: str = Field("trainjob-dispatcher",
-                           description="The dispatcher's own namespace: worker kubeconfig Secrets are read only here.")
+    namespace: str = Field(
+        "trainjob-dispatcher",
+        description="The dispatcher's own namespace; worker kubeconfig Secrets are read "
+                    "only from here.",
+    )
     manager_kubeconfig: Path | None = Field(
         None, alias="managerKubeconfig",
         description="Kubeconfig of the manager; unset means in-cluster.",

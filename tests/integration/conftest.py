@@ -104,7 +104,7 @@ async def start_dispatcher(
         task.cancel()
     if tasks:
         done, stuck = await asyncio.wait(tasks, timeout=15)
-        for task in stuck:
+        if stuck:
             for other in asyncio.all_tasks():
                 other.print_stack(limit=8)
         assert not stuck, "a dispatcher did not stop within 15s of being cancelled"
