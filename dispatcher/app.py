@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from fractions import Fraction
 from typing import Any
 
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES
@@ -31,10 +32,16 @@ from dispatcher.observability.metrics import Metrics
 from dispatcher.observability.server import HealthServer
 from dispatcher.placement import resources
 from dispatcher.placement.ledger import Ledger
+from dispatcher.placement.live_quota import effective_quota, effective_used
 from dispatcher.placement.scheduler import Decision, WorkerView
 
 log = logging.getLogger(__name__)
 _GAUGE_INTERVAL_SECONDS = 2.0
+
+
+def _runs(mirror: dict[str, Any] | None) -> bool:
+    status = (mirror or {}).get("status") or {}
+    return any(js.get("active") or js.get("ready") for js in status.get("jobsStatus") or [])
 
 
 class Dispatcher:
@@ -82,11 +89,24 @@ class Dispatcher:
         for worker in self.registry.workers.values():
             spec = worker.spec
             views.append(WorkerView(
-                name=worker.name, quota=spec.quota, used=self.ledger.used(worker.name),
+                name=worker.name,
+                quota=effective_quota(spec.quota, worker.live_quota),
+                used=self._used_on(worker),
                 labels=spec.labels, active=worker.usable() and worker.collected,
                 cordoned=spec.cordoned or spec.drain,
             ))
         return views
+
+    def _used_on(self, worker: WorkerConnection) -> dict[str, Fraction]:
+        """The ledger, plus what others use of the worker's live ClusterQueue quota."""
+        ledger = self.ledger.used(worker.name)
+        if worker.live_used is None or worker.mirrors is None:
+            return ledger
+        running = resources.add(*(
+            booking.demand for booking in self.ledger.jobs_on(worker.name)
+            if _runs(worker.mirrors.get(booking.key))
+        ))
+        return effective_used(ledger, worker.live_used, running)
 
     def _on_worker_change(self, worker: WorkerConnection) -> None:
         assert self.jobs is not None and self._worker_clusters is not None
@@ -134,8 +154,8 @@ class Dispatcher:
             m.jobs.labels("placed", worker.name).set(len(bookings))
             m.jobs.labels("running", worker.name).set(running)
             m.worker_active.labels(worker.name).set(1 if worker.usable() else 0)
-            used = self.ledger.used(worker.name)
-            quota = worker.spec.quota or {}
+            used = self._used_on(worker)
+            quota = effective_quota(worker.spec.quota, worker.live_quota) or {}
             for name in set(quota) | set(used):
                 m.worker_used.labels(worker.name, name).set(float(used.get(name, 0)))
                 if name in quota:

@@ -61,6 +61,8 @@ class StaticWorker(_Group):
     labels: dict[str, str] = Field(default_factory=dict)
     local_queue: str = Field("", alias="localQueue",
                              description="Kueue LocalQueue to label mirrors with.")
+    cluster_queue: str = Field("", alias="clusterQueue",
+                               description="Kueue ClusterQueue whose free quota is honoured.")
     cordoned: bool = False
 
 

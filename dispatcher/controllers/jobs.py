@@ -22,6 +22,7 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.api import constants as c
+from dispatcher.api.kueue import PRIORITY_CLASSES, WORKLOAD_PRIORITY_CLASSES
 from dispatcher.api.trainer import CONDITION_FAILED
 from dispatcher.config import DispatcherConfig
 from dispatcher.controllers import status as st
@@ -44,6 +45,7 @@ from dispatcher.placement.selector import SelectorError, parse_selector
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 _REJECTION_CODES = {400, 403, 404, 409, 422}
+_PRIORITY_CACHE_SECONDS = 30.0
 
 
 def job_key(obj: JSON) -> str:
@@ -52,11 +54,6 @@ def job_key(obj: JSON) -> str:
 
 def _annotations(job: JSON) -> dict[str, str]:
     return job["metadata"].get("annotations") or {}
-
-
-def _priority(job: JSON, priorities: dict[str, int]) -> int:
-    name = (job["metadata"].get("labels") or {}).get(c.LABEL_PRIORITY_CLASS, "")
-    return priorities.get(name, 0)
 
 
 class JobsController:
@@ -88,7 +85,7 @@ class JobsController:
         self.queue = queue
         self.events = events
         self.metrics = metrics
-        self.priorities: dict[str, int] = {}
+        self._priorities: dict[str, tuple[int, float]] = {}
         self._jobs = Resource(manager, kind.kind)
         self._claim_selector = parse_selector(config.claim.label_selector)
         self._tombstones: dict[tuple[str, str], JSON] = {}
@@ -190,7 +187,27 @@ class JobsController:
         self._demands[uid] = (generation, demand)
         return demand
 
-    def _pending_entry(self, job: JSON, demand: dict[str, Fraction]) -> PendingJob:
+    async def _priority(self, job: JSON) -> int:
+        """Value of the WorkloadPriorityClass, else the PriorityClass, the job's
+        `kueue.x-k8s.io/priority-class` label names; 0 without one. Cached briefly."""
+        name = (job["metadata"].get("labels") or {}).get(c.LABEL_PRIORITY_CLASS)
+        if not name:
+            return 0
+        now = time.monotonic()
+        cached = self._priorities.get(name)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        value = 0
+        for kind in (WORKLOAD_PRIORITY_CLASSES, PRIORITY_CLASSES):
+            found = await Resource(self.manager, kind).get(name)
+            if found is not None:
+                value = int(found.get("value") or 0)
+                break
+        self._priorities[name] = (value, now + _PRIORITY_CACHE_SECONDS)
+        return value
+
+    def _pending_entry(self, job: JSON, demand: dict[str, Fraction],
+                       priority: int) -> PendingJob:
         uid = job["metadata"]["uid"]
         selector_text = _annotations(job).get(c.ANNOTATION_CLUSTER_SELECTOR, "")
         now = time.monotonic()
@@ -199,7 +216,7 @@ class JobsController:
             key=job_key(job),
             uid=uid,
             demand=demand,
-            priority=_priority(job, self.priorities),
+            priority=priority,
             created=job["metadata"].get("creationTimestamp", ""),
             selector=parse_selector(selector_text),
             excluded=excluded,
@@ -222,7 +239,7 @@ class JobsController:
             return Result.done()
         try:
             demand = self._demand(job, runtime)
-            entry = self._pending_entry(job, demand)
+            entry = self._pending_entry(job, demand, await self._priority(job))
         except (DemandError, QuantityError, SelectorError) as error:
             self.scheduling.withdraw(uid)
             await self._set_waiting(job, c.REASON_UNSCHEDULABLE, f"cannot size the job: {error}")
@@ -236,7 +253,8 @@ class JobsController:
         self.scheduling.submit(entry)
         decision = self.scheduling.decisions.get(uid)
         if decision is not None:
-            await self._set_waiting(job, decision.reason, decision.message)
+            where = f" (position {decision.position} in the queue)" if decision.position else ""
+            await self._set_waiting(job, decision.reason, decision.message + where)
         return Result.done()
 
     async def _record_placement(self, job: JSON, worker: str,

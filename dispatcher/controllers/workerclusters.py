@@ -31,6 +31,7 @@ from dispatcher.kube.informer import Informer
 from dispatcher.kube.kubeconfig import KubeconfigError, parse_kubeconfig
 from dispatcher.placement import resources
 from dispatcher.placement.ledger import Ledger
+from dispatcher.placement.live_quota import effective_quota, effective_used
 from dispatcher.placement.quantity import QuantityError, format_quantity
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ def static_spec(worker: StaticWorker, *, allow_insecure: bool) -> WorkerSpec:
     return WorkerSpec(
         name=worker.name, kubeconfig=kubeconfig, problem=problem or quota_problem,
         quota=quota, labels=dict(worker.labels), local_queue=worker.local_queue,
-        cordoned=worker.cordoned, from_crd=False,
+        cluster_queue=worker.cluster_queue, cordoned=worker.cordoned, from_crd=False,
     )
 
 
@@ -153,8 +154,9 @@ class WorkerClustersController:
             since = (datetime.datetime.fromtimestamp(worker.lost_since, datetime.UTC)
                      .strftime("%Y-%m-%dT%H:%M:%SZ")
                      if worker.lost_since and not worker.active else now_rfc3339())
-        quota = worker.spec.quota
-        used = self.ledger.used(worker.name)
+        quota = effective_quota(worker.spec.quota, worker.live_quota)
+        used = effective_used(self.ledger.used(worker.name), worker.live_used)
+        # (an upper bound: mirrors already running are also in the live usage)
         desired: JSON = {
             "conditions": [{"type": c.CONDITION_ACTIVE, "status": status,
                             "reason": worker.reason, "message": worker.message,

@@ -18,13 +18,17 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from fractions import Fraction
 
 from dispatcher.api import constants as c
+from dispatcher.api.kueue import CLUSTER_QUEUES
 from dispatcher.api.trainer import GROUP, TRAINJOBS, VERSION
 from dispatcher.api.workercluster import WorkerSpec
 from dispatcher.kube.client import ClientSettings, ClusterClient, RequestObserver
 from dispatcher.kube.informer import EventHandler, Informer, InformerSettings
 from dispatcher.kube.resource import Resource, message_of, status_of
+from dispatcher.placement.live_quota import cluster_queue_quota
+from dispatcher.placement.quantity import QuantityError
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +76,9 @@ class WorkerConnection:
         self.lost_since: float | None = lost_since
         """Wall-clock time the worker became unreachable; None while reachable."""
         self.last_probe: float | None = None
+        self.live_quota: dict[str, Fraction] | None = None
+        self.live_used: dict[str, Fraction] | None = None
+        """The named Kueue ClusterQueue's nominal quota and usage, when one is named."""
         self.collected = False
         """Whether stale mirrors were collected since the worker last became active;
         nothing new is placed on it before."""
@@ -155,8 +162,35 @@ class WorkerConnection:
         except Exception as error:
             self._set_state(False, *_reason_for(error))
             return
+        if self.spec.cluster_queue and not await self._read_cluster_queue():
+            return
         if self.mirrors is not None and self.mirrors.synced.is_set() and self._watch_error is None:
             self._set_state(True, c.REASON_CONNECTED, "connected")
+
+    async def _read_cluster_queue(self) -> bool:
+        """Refresh the live quota; False (worker inactive) when it cannot be read."""
+        assert self.client is not None
+        try:
+            queue = await Resource(self.client, CLUSTER_QUEUES).get(self.spec.cluster_queue)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            self._set_state(False, *_reason_for(error))
+            return False
+        if queue is None:
+            self._set_state(False, c.REASON_MISSING_CLUSTER_QUEUE,
+                            f"ClusterQueue {self.spec.cluster_queue!r} not found on the worker")
+            return False
+        try:
+            quota, used = cluster_queue_quota(queue)
+        except (QuantityError, KeyError) as error:
+            self._set_state(False, c.REASON_BAD_QUOTA,
+                            f"ClusterQueue {self.spec.cluster_queue!r} quota unreadable: {error}")
+            return False
+        if (quota, used) != (self.live_quota, self.live_used):
+            self.live_quota, self.live_used = quota, used
+            self._on_change(self)
+        return True
 
     async def _probe_loop(self) -> None:
         while True:

@@ -5,9 +5,10 @@ server has its own `--etcd-prefix`, so the clusters share nothing but the proces
 one kube-apiserver per name with TLS and an admin client certificate, and optionally a
 kube-controller-manager running only the garbage-collector and namespace controllers.
 It writes one self-contained kubeconfig per cluster, waits for `/readyz`, and installs
-the CRDs of `config/crd/`. `stop()` ends every process; children also die with the
-Python process. A `LocalCluster` can be paused (SIGSTOP), resumed, killed and
-restarted with its data kept in etcd, for fault tests.
+the CRDs of `config/crd/` (Trainer, WorkerCluster, and reduced Kueue CRDs). `stop()`
+ends every process; children also die with the Python process. A `LocalCluster` can be
+paused (SIGSTOP), resumed, killed and restarted with its data kept in etcd, for fault
+tests.
 
 There are no nodes: nothing runs pods. The tests and the demo play the worker's trainer.
 """
@@ -301,7 +302,8 @@ class LocalControlPlane:
             self.clusters[cluster.name] = cluster
             cluster.start_processes()
         await asyncio.gather(*(cluster.wait_ready() for cluster in new))
-        files = list(crd_files) if crd_files is not None else sorted(CRD_DIR.glob("*.yaml"))
+        files = (list(crd_files) if crd_files is not None
+                 else sorted(CRD_DIR.glob("*.yaml")) + sorted(CRD_DIR.glob("kueue/*.yaml")))
         await asyncio.gather(*(install_crds(cluster, files) for cluster in new))
         return {cluster.name: cluster for cluster in new}
 

@@ -25,7 +25,6 @@ from dispatcher.localcluster import LocalControlPlane
 
 SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
 DEFAULT_QUOTA = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "16"}
-StartDispatcher = Callable[..., Awaitable[Dispatcher]]
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -73,21 +72,22 @@ def base_config(control_plane: LocalControlPlane, namespace: str) -> dict[str, A
     }
 
 
-@pytest_asyncio.fixture
-async def start_dispatcher(
-    control_plane: LocalControlPlane, namespace: str, runtime_installed: dict[str, Any]
-) -> AsyncIterator[StartDispatcher]:
-    """Start dispatchers for this test's namespace; all are stopped at the end."""
-    tasks: list[asyncio.Task[None]] = []
+class DispatcherRunner:
+    """Starts in-process dispatchers for one test's namespace and stops them all."""
 
-    async def start(wait_for_workers: bool = True, **overrides: Any) -> Dispatcher:
+    def __init__(self, control_plane: LocalControlPlane, namespace: str) -> None:
+        self._plane = control_plane
+        self._namespace = namespace
+        self.tasks: dict[Dispatcher, asyncio.Task[None]] = {}
+
+    async def __call__(self, wait_for_workers: bool = True, **overrides: Any) -> Dispatcher:
         config = DispatcherConfig.model_validate(
-            deep_merge(base_config(control_plane, namespace), overrides))
+            deep_merge(base_config(self._plane, self._namespace), overrides))
         dispatcher = Dispatcher(config,
-                                manager_kubeconfig=control_plane.clusters["manager"].kubeconfig(),
-                                instance=f"test-{len(tasks)}")
-        task = asyncio.create_task(dispatcher.run(), name=f"dispatcher-{len(tasks)}")
-        tasks.append(task)
+                                manager_kubeconfig=self._plane.clusters["manager"].kubeconfig(),
+                                instance=f"test-{len(self.tasks)}")
+        task = asyncio.create_task(dispatcher.run(), name=f"dispatcher-{len(self.tasks)}")
+        self.tasks[dispatcher] = task
         ready = asyncio.create_task(dispatcher.ready.wait())
         done, _ = await asyncio.wait({ready, task}, timeout=30,
                                      return_when=asyncio.FIRST_COMPLETED)
@@ -99,10 +99,12 @@ async def start_dispatcher(
             await eventually(lambda: _all_workers_open(dispatcher), timeout=20)
         return dispatcher
 
-    yield start
-    for task in tasks:
-        task.cancel()
-    if tasks:
+    async def stop(self, *dispatchers: Dispatcher) -> None:
+        tasks = [self.tasks.pop(d) for d in dispatchers or list(self.tasks)]
+        for task in tasks:
+            task.cancel()
+        if not tasks:
+            return
         done, stuck = await asyncio.wait(tasks, timeout=15)
         if stuck:
             for other in asyncio.all_tasks():
@@ -111,6 +113,19 @@ async def start_dispatcher(
         for task in done:
             with contextlib.suppress(asyncio.CancelledError):
                 task.result()
+
+
+StartDispatcher = DispatcherRunner
+
+
+@pytest_asyncio.fixture
+async def start_dispatcher(
+    control_plane: LocalControlPlane, namespace: str, runtime_installed: dict[str, Any]
+) -> AsyncIterator[DispatcherRunner]:
+    """Start dispatchers for this test's namespace; all are stopped at the end."""
+    runner = DispatcherRunner(control_plane, namespace)
+    yield runner
+    await runner.stop()
 
 
 async def _all_workers_open(dispatcher: Dispatcher) -> bool:
