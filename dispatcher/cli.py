@@ -12,9 +12,11 @@ import contextlib
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
+from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
 from dispatcher.config import DispatcherConfig
 
 
@@ -35,7 +37,76 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--jobs-seconds", type=float, default=6.0,
                       help="how long each simulated training runs")
     demo.add_argument("--port", type=int, default=9464, help="metrics port (0 picks one)")
+    _admin_parsers(commands)
     return parser
+
+
+def _admin_parsers(commands: Any) -> None:
+    def manager_options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--kubeconfig", type=Path,
+                            help="the manager's kubeconfig (default $KUBECONFIG, ~/.kube/config)")
+        parser.add_argument("--namespace", default="trainjob-dispatcher",
+                            help="the dispatcher's namespace, where Secrets go")
+
+    cluster = commands.add_parser("cluster", help="register and administer worker clusters")
+    verbs = cluster.add_subparsers(dest="verb", required=True)
+    add = verbs.add_parser("add", help="validate a worker's kubeconfig and register it")
+    add.add_argument("name")
+    add.add_argument("--worker-kubeconfig", type=Path, required=True, dest="worker_kubeconfig",
+                     help="kubeconfig of the worker (inline credentials)")
+    add.add_argument("--quota", default="", help="cpu=64,memory=256Gi,nvidia.com/gpu=8")
+    add.add_argument("--label", default="", help="k=v,k2=v2 (what cluster selectors match)")
+    add.add_argument("--local-queue", default="", help="Kueue LocalQueue for mirrors")
+    add.add_argument("--cluster-queue", default="", help="Kueue ClusterQueue for live quota")
+    add.add_argument("--allow-insecure", action="store_true",
+                     help="accept exec plugins and file references")
+    rotate = verbs.add_parser("rotate-credentials", help="replace a worker's kubeconfig")
+    rotate.add_argument("name")
+    rotate.add_argument("--worker-kubeconfig", type=Path, required=True,
+                        dest="worker_kubeconfig")
+    rotate.add_argument("--allow-insecure", action="store_true")
+    for verb, text in (("cordon", "no new placements"), ("uncordon", "allow placements again"),
+                       ("drain", "evict the worker's jobs and requeue them elsewhere")):
+        sub = verbs.add_parser(verb, help=text)
+        sub.add_argument("name")
+        manager_options(sub)
+    lister = verbs.add_parser("list", help="workers, health, quota and use")
+    for sub in (add, rotate, lister):
+        manager_options(sub)
+    jobs = commands.add_parser("jobs", help="claimed TrainJobs: where they run, why they wait")
+    jobs.add_argument("--kubeconfig", type=Path, help="the manager's kubeconfig")
+    jobs.add_argument("-n", "--job-namespace", dest="job_namespace", default=None)
+    jobs.add_argument("--managed-by", default=MANAGED_BY_MULTIKUEUE)
+
+
+async def _admin(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from dispatcher import admin_cli as a
+
+    console = Console()
+    if args.command == "jobs":
+        return await a.with_manager(args.kubeconfig, lambda m: a.jobs_list(
+            m, namespace=args.job_namespace, managed_by=args.managed_by, console=console))
+    verb = args.verb
+    if verb == "add":
+        return await a.with_manager(args.kubeconfig, lambda m: a.cluster_add(
+            m, name=args.name, kubeconfig_file=args.worker_kubeconfig, quota=args.quota,
+            labels=args.label, local_queue=args.local_queue, cluster_queue=args.cluster_queue,
+            namespace=args.namespace, allow_insecure=args.allow_insecure, console=console))
+    if verb == "rotate-credentials":
+        return await a.with_manager(args.kubeconfig, lambda m: a.cluster_rotate(
+            m, name=args.name, kubeconfig_file=args.worker_kubeconfig,
+            namespace=args.namespace, allow_insecure=args.allow_insecure, console=console))
+    if verb == "list":
+        return await a.with_manager(args.kubeconfig,
+                                    lambda m: a.cluster_list(m, console=console))
+    specs = {"cordon": ({"cordoned": True}, "cordoned"),
+             "uncordon": ({"cordoned": False, "drain": False}, "uncordoned"),
+             "drain": ({"cordoned": True, "drain": True}, "draining")}
+    spec, done = specs[verb]
+    return await a.with_manager(args.kubeconfig, lambda m: a.cluster_set(
+        m, name=args.name, spec=spec, console=console, done=done))
 
 
 def load_config(path: Path | None) -> DispatcherConfig:
@@ -71,6 +142,13 @@ def main(argv: list[str] | None = None) -> int:
             setup_logging(json_logs=args.json_logs or config.json_logs)
             asyncio.run(_run_service(config))
             return 0
+        if args.command in ("cluster", "jobs"):
+            from dispatcher.admin_cli import AdminError
+
+            try:
+                return asyncio.run(_admin(args))
+            except AdminError as error:
+                raise CliError(str(error)) from None
         if args.command == "demo":
             from dispatcher.demo import run_demo
 

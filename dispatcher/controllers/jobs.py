@@ -302,6 +302,10 @@ class JobsController:
                                      f"worker {worker_name} is no longer registered")
         if not worker.usable():
             return await self._wait_for_worker(job, worker)
+        if worker.spec.drain:
+            return await self._unplace(job, worker_name, c.REASON_DRAINED,
+                                       f"worker {worker_name} is being drained; requeued",
+                                       eviction=True, counted=False)
         assert worker.mirrors is not None
         mirror = worker.mirrors.get(key)
         if mirror is None:
@@ -468,15 +472,18 @@ class JobsController:
         return updated
 
     async def _unplace(self, job: JSON, worker_name: str, reason: str, message: str, *,
-                       eviction: bool) -> Result:
+                       eviction: bool, counted: bool = True) -> Result:
+        """Take the job off its worker; an eviction requeues it (`counted` toward
+        `mirror.maxEvictions` unless it is maintenance, like a drain)."""
         worker = self.registry.get(worker_name)
         deleted = await self._delete_mirror(worker, job)
         if not deleted and worker is not None and worker.lost_since is None:
             return Result.after(self.config.workers.probe_interval_seconds)
         evictions = int(_annotations(job).get(c.ANNOTATION_EVICTIONS, "0") or 0)
-        evictions += 1 if eviction else 0
+        evictions += 1 if eviction and counted else 0
         try:
-            updated = await self._clear_placement(job, evictions=evictions if eviction else None)
+            updated = await self._clear_placement(
+                job, evictions=evictions if eviction and counted else None)
         except ApiException as error:
             if error.status == 409:
                 return Result.after(0.05)
@@ -498,7 +505,8 @@ class JobsController:
         self.events.record(updated, reason=c.REASON_EVICTED, message=message, warning=True)
         log.warning("evicted %s from %s: %s", job_key(job), worker_name, message,
                     extra={"job": job_key(job), "worker": worker_name})
-        delay = self.config.mirror.requeue_backoff_seconds * 2 ** max(evictions - 1, 0)
+        delay = (self.config.mirror.requeue_backoff_seconds * 2 ** max(evictions - 1, 0)
+                 if counted else 0.0)
         self._not_before[job["metadata"]["uid"]] = time.monotonic() + delay
         return Result.after(delay)
 
