@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import uuid
 from fractions import Fraction
 from typing import Any
 
@@ -25,6 +26,7 @@ from dispatcher.controllers.workerclusters import WorkerClustersController
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.informer import Informer, InformerSettings
+from dispatcher.kube.leader import lead
 from dispatcher.kube.resource import SECRETS, Resource
 from dispatcher.kube.workqueue import WorkQueue
 from dispatcher.observability.events import EventRecorder
@@ -51,13 +53,14 @@ class Dispatcher:
                  manager_kubeconfig: dict[str, Any] | None = None,
                  instance: str | None = None) -> None:
         self.config = config
-        self.instance = instance or socket.gethostname()
+        self.instance = instance or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.metrics = Metrics()
         self.ready = asyncio.Event()
         self.server: HealthServer | None = None
         self.jobs: JobsController | None = None
         self.registry: WorkerRegistry | None = None
         self.ledger = Ledger()
+        self.leading = False
         self._manager_kubeconfig = manager_kubeconfig
         self._gc: GarbageCollector | None = None
         self._worker_clusters: WorkerClustersController | None = None
@@ -189,8 +192,39 @@ class Dispatcher:
         await queue.run_workers(self.jobs.reconcile, workers=self.config.reconcile_workers)
 
     async def run(self) -> None:
+        """Serve health and metrics; work (alone, or while holding the Lease)."""
         cfg = self.config
         manager = await self._manager_client()
+        self.server = HealthServer(registry=self.metrics.registry, host=cfg.server.host,
+                                   port=cfg.server.port, ready=self.ready.is_set,
+                                   role=lambda: "leader" if self.leading else "standby")
+        await self.server.start()
+        log.info("serving /metrics, /healthz, /readyz on %s:%d", cfg.server.host,
+                 self.server.port)
+        try:
+            if not cfg.leader_election.enabled:
+                self._set_leading(True)
+                await self._work(manager)
+                return
+            election = cfg.leader_election
+            await lead(
+                api=manager.api, namespace=cfg.namespace, name=election.lease_name,
+                identity=self.instance, lease_duration=election.lease_duration_seconds,
+                renew_deadline=election.renew_deadline_seconds,
+                retry_period=election.retry_period_seconds,
+                work=lambda: self._work(manager), on_leading=self._set_leading,
+            )
+        finally:
+            await self.server.stop()
+            await manager.close()
+
+    def _set_leading(self, leading: bool) -> None:
+        self.leading = leading
+        self.metrics.leader.set(1 if leading else 0)
+
+    async def _work(self, manager: ClusterClient) -> None:
+        """Everything a leader does: caches, workers, ledger, controllers."""
+        cfg = self.config
         informer_settings = InformerSettings()
         kind = TrainJobKind()
         queue = WorkQueue(name="trainjobs")
@@ -239,12 +273,6 @@ class Dispatcher:
         for informer in (worker_clusters, secrets):
             if informer is not None:
                 informer.add_handler(self._worker_clusters.trigger)
-        self.server = HealthServer(registry=self.metrics.registry, host=cfg.server.host,
-                                   port=cfg.server.port, ready=self.ready.is_set,
-                                   role=lambda: "leader")
-        await self.server.start()
-        log.info("serving /metrics, /healthz, /readyz on %s:%d", cfg.server.host,
-                 self.server.port)
         try:
             async with asyncio.TaskGroup() as group:
                 for informer in informers:
@@ -258,5 +286,3 @@ class Dispatcher:
                 group.create_task(self._gauges(), name="gauges")
         finally:
             await self.registry.close()
-            await self.server.stop()
-            await manager.close()

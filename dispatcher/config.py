@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
@@ -144,6 +144,29 @@ class ServerConfig(_Group):
     port: int = Field(8080, ge=0, le=65535, description="Port of the same; 0 picks one.")
 
 
+class LeaderElectionConfig(_Group):
+    """Several replicas: only the holder of the Lease works; the others stand by."""
+
+    enabled: bool = Field(False, description="Run only while holding the Lease.")
+    lease_name: str = Field("trainjob-dispatcher", alias="leaseName",
+                            description="Name of the Lease in the dispatcher's namespace.")
+    lease_duration_seconds: int = Field(
+        15, alias="leaseDurationSeconds", gt=0,
+        description="How long a standby waits after the last renewal before taking over.")
+    renew_deadline_seconds: int = Field(
+        10, alias="renewDeadlineSeconds", gt=0,
+        description="How long the leader keeps trying to renew before it steps down.")
+    retry_period_seconds: int = Field(2, alias="retryPeriodSeconds", ge=1,
+                                        description="Time between attempts (at least 1).")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderElectionConfig:
+        if not (self.lease_duration_seconds > self.renew_deadline_seconds
+                > 1.2 * self.retry_period_seconds):
+            raise ValueError("need leaseDuration > renewDeadline > 1.2 x retryPeriod")
+        return self
+
+
 class DispatcherConfig(BaseSettings):
     """The root of the configuration."""
 
@@ -170,6 +193,10 @@ class DispatcherConfig(BaseSettings):
     mirror: MirrorConfig = Field(default_factory=MirrorConfig)
     gc: GCConfig = Field(default_factory=GCConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    leader_election: LeaderElectionConfig = Field(
+        default_factory=LeaderElectionConfig,
+        alias="leaderElection",
+    )
     json_logs: bool = Field(False, alias="jsonLogs", description="Log one JSON object a line.")
 
     @classmethod

@@ -89,6 +89,9 @@ class DispatcherRunner:
         task = asyncio.create_task(dispatcher.run(), name=f"dispatcher-{len(self.tasks)}")
         self.tasks[dispatcher] = task
         ready = asyncio.create_task(dispatcher.ready.wait())
+        if not wait_for_workers and config.leader_election.enabled:
+            await eventually(lambda: _serving(dispatcher), timeout=30)
+            return dispatcher
         done, _ = await asyncio.wait({ready, task}, timeout=30,
                                      return_when=asyncio.FIRST_COMPLETED)
         if task in done:
@@ -126,6 +129,10 @@ async def start_dispatcher(
     runner = DispatcherRunner(control_plane, namespace)
     yield runner
     await runner.stop()
+
+
+async def _serving(dispatcher: Dispatcher) -> bool:
+    return dispatcher.server is not None and dispatcher.server.port != 0
 
 
 async def _all_workers_open(dispatcher: Dispatcher) -> bool:

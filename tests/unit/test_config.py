@@ -26,6 +26,9 @@ def test_defaults() -> None:
                    "requeueBackoffSeconds": 5.0},
         "gc": {"intervalSeconds": 60.0},
         "server": {"host": "0.0.0.0", "port": 8080},
+        "leaderElection": {"enabled": False, "leaseName": "trainjob-dispatcher",
+                           "leaseDurationSeconds": 15, "renewDeadlineSeconds": 10,
+                           "retryPeriodSeconds": 2},
         "jsonLogs": False,
     }
 
