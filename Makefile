@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup controlplane demo test unit lint bench
+.PHONY: setup system-deps controlplane demo test unit lint bench
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -12,13 +12,18 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+# Debian's prometheus (server and promtool) for the metrics end-to-end tests.
+system-deps:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus)
+
 controlplane:
 	bash controlplane/build.sh
 
 demo: setup controlplane
 	$(VENV)/bin/dispatcher demo
 
-test: setup controlplane
+test: setup system-deps controlplane
 	$(PY) -m ruff check dispatcher tests
 	$(PY) -m mypy
 	$(PY) -m pytest -q -p no:cacheprovider

@@ -4,7 +4,8 @@ Built on `kubernetes_asyncio.leaderelection`. Two things are added: every attemp
 acquire or renew is bounded by a timeout (the library's calls have none, and a hung
 manager must not let a replica believe it still leads), and a crash of the leading work
 ends the election too, so a broken leader never keeps the Lease. `lead()` returns when
-leadership is lost; the process should then exit and restart as a candidate.
+leadership is lost (and the work is stopped before it returns, also when cancelled); the
+process should then exit and restart as a candidate.
 """
 
 from __future__ import annotations
@@ -51,8 +52,12 @@ async def lead(
     """Wait to become leader, run `work` while leading; return when the lease is lost."""
     election_task = asyncio.current_task()
     assert election_task is not None
+    work_tasks: list[asyncio.Task[object]] = []
 
     async def leading() -> None:
+        current = asyncio.current_task()
+        assert current is not None
+        work_tasks.append(current)
         on_leading(True)
         log.info("%s leads (Lease %s/%s)", identity, namespace, name)
         try:
@@ -73,4 +78,13 @@ async def lead(
         lease_duration=lease_duration, renew_deadline=renew_deadline,
         retry_period=retry_period, onstarted_leading=leading, onstopped_leading=stopped,
     )
-    await _BoundedElection(config, attempt_timeout=renew_deadline / 2).run()
+    try:
+        await _BoundedElection(config, attempt_timeout=renew_deadline / 2).run()
+    finally:
+        # The library leaves the leading task running when the election itself is
+        # cancelled; a stopped replica must never keep working.
+        for task in work_tasks:
+            task.cancel()
+        if work_tasks:
+            await asyncio.wait(work_tasks)
+        on_leading(False)

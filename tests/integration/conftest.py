@@ -80,11 +80,13 @@ class DispatcherRunner:
         self._namespace = namespace
         self.tasks: dict[Dispatcher, asyncio.Task[None]] = {}
 
-    async def __call__(self, wait_for_workers: bool = True, **overrides: Any) -> Dispatcher:
+    async def __call__(self, wait_for_workers: bool = True,
+                       manager_kubeconfig: dict[str, Any] | None = None,
+                       **overrides: Any) -> Dispatcher:
         config = DispatcherConfig.model_validate(
             deep_merge(base_config(self._plane, self._namespace), overrides))
-        dispatcher = Dispatcher(config,
-                                manager_kubeconfig=self._plane.clusters["manager"].kubeconfig(),
+        kubeconfig = manager_kubeconfig or self._plane.clusters["manager"].kubeconfig()
+        dispatcher = Dispatcher(config, manager_kubeconfig=kubeconfig,
                                 instance=f"test-{len(self.tasks)}")
         task = asyncio.create_task(dispatcher.run(), name=f"dispatcher-{len(self.tasks)}")
         self.tasks[dispatcher] = task

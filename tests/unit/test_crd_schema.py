@@ -28,3 +28,9 @@ def test_trainjob_schema_keeps_the_rules_the_dispatcher_relies_on() -> None:
     quantity = spec["properties"]["trainer"]["properties"]["resourcesPerNode"]["properties"][
         "requests"]["additionalProperties"]
     assert quantity["x-kubernetes-int-or-string"] is True
+
+
+def test_deploy_carries_the_same_workercluster_crd() -> None:
+    name = "dispatcher.trainjob.io_workerclusters.yaml"
+    deployed = CRD_DIR.parents[1] / "deploy" / "crd" / name
+    assert deployed.read_text() == (CRD_DIR / name).read_text()
