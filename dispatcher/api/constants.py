@@ -56,6 +56,7 @@ REASON_MIRROR_GONE = "MirrorGone"
 REASON_MIRROR_EVICTED = "MirrorEvicted"
 REASON_DRAINED = "Drained"
 REASON_TOO_MANY_EVICTIONS = "TooManyEvictions"
+REASON_RETRYING_FAILURE = "RetryingFailure"
 
 # Reasons of a WorkerCluster's Active condition.
 REASON_CONNECTED = "Connected"

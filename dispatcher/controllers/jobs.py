@@ -391,6 +391,10 @@ class JobsController:
 
     async def _sync_status(self, job: JSON, worker: WorkerConnection, mirror: JSON) -> Result:
         finished = self.kind.finished(mirror.get("status"))
+        if finished is not None and self._retry_requested(job, finished):
+            return await self._evict(job, worker.name, c.REASON_RETRYING_FAILURE,
+                                     f"failed on worker {worker.name} with "
+                                     f"{finished.get('reason')}, which the job retries")
         if finished is not None:
             return await self._finish(job, worker, mirror, finished)
         evicted = self.kind.evicted_remotely(mirror)
@@ -405,6 +409,13 @@ class JobsController:
                                              message=f"running on worker {worker.name}")
         await self._write_status(job, st.with_mirror(job, mirror_status, dispatched))
         return Result.done()
+
+    def _retry_requested(self, job: JSON, finished: JSON) -> bool:
+        """Whether a Failed mirror's reason is one the job opted in to retry elsewhere."""
+        if finished.get("type") != CONDITION_FAILED:
+            return False
+        wanted = _annotations(job).get(c.ANNOTATION_RETRY_ON_REASONS, "")
+        return finished.get("reason") in {r.strip() for r in wanted.split(",") if r.strip()}
 
     async def _write_status(self, job: JSON, desired: JSON) -> JSON:
         key = job_key(job)

@@ -21,6 +21,7 @@ from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import SECRETS, Resource
 from dispatcher.localcluster import LocalControlPlane
 from tests.factories import trainjob
+from tests.invariants import check_invariants
 from tests.integration.conftest import DEFAULT_QUOTA, StartDispatcher, base_config, eventually
 
 pytestmark = pytest.mark.integration
@@ -100,6 +101,9 @@ async def test_sigkilled_dispatcher_restarts_without_duplicates_or_losses(
     runtime_installed: dict[str, Any], tmp_path: Path,
 ) -> None:
     config = base_config(control_plane, namespace)
+    quota = {"cpu": "200", "memory": "1000Gi"}
+    for worker in config["workers"]["static"]:
+        worker["quota"] = quota
     config["managerKubeconfig"] = str(control_plane.clusters["manager"].kubeconfig_path)
     config_path = tmp_path / "dispatcher.yaml"
     config_path.write_text(yaml.safe_dump(config))
@@ -110,20 +114,20 @@ async def test_sigkilled_dispatcher_restarts_without_duplicates_or_losses(
                                  str(config_path)], stdout=log, stderr=log)
 
     jobs = Resource(admin_clients["manager"], TRAINJOBS)
-    names = [f"burst-{i:03d}" for i in range(40)]
+    names = [f"burst-{i:03d}" for i in range(200)]
     process = start()
     try:
-        for name in names[:20]:
+        for name in names[:100]:
             await jobs.create(trainjob(name, namespace, managed_by=MANAGED_BY_MULTIKUEUE),
                               namespace=namespace)
 
         async def some_placed() -> bool:
             placed = await _placements(admin_clients, namespace, names)
-            return sum(1 for w in placed.values() if w) >= 3
+            return sum(1 for w in placed.values() if w) >= 20
         await eventually(some_placed, timeout=30)
         process.send_signal(signal.SIGKILL)
         process.wait()
-        for name in names[20:]:
+        for name in names[100:]:
             await jobs.create(trainjob(name, namespace, managed_by=MANAGED_BY_MULTIKUEUE),
                               namespace=namespace)
         process = start()
@@ -131,7 +135,7 @@ async def test_sigkilled_dispatcher_restarts_without_duplicates_or_losses(
         async def all_placed() -> dict[str, list[str]] | None:
             placed = await _placements(admin_clients, namespace, names)
             return placed if all(placed[n] for n in names) else None
-        placed = await eventually(all_placed, timeout=60)
+        placed = await eventually(all_placed, timeout=90)
         await asyncio.sleep(1.0)
         placed = await _placements(admin_clients, namespace, names)
         assert all(len(workers) == 1 for workers in placed.values()), placed
@@ -139,6 +143,10 @@ async def test_sigkilled_dispatcher_restarts_without_duplicates_or_losses(
             job = await jobs.get(name, namespace=namespace)
             assert job is not None
             assert job["metadata"]["annotations"][c.ANNOTATION_CLUSTER] == placed[name][0]
+        problems = await check_invariants(
+            admin_clients, namespace, origin=namespace,
+            workers={"worker-a": quota, "worker-b": quota})
+        assert not problems
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)

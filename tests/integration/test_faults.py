@@ -1,0 +1,217 @@
+"""Faults injected into real API servers; the invariants hold after each one."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from typing import Any
+
+import pytest
+
+from dispatcher.api import constants as c
+from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
+from dispatcher.kube.client import ClusterClient
+from dispatcher.kube.resource import Resource
+from dispatcher.localcluster import LocalCluster, LocalControlPlane
+from tests.factories import trainjob
+from tests.integration.conftest import DEFAULT_QUOTA, StartDispatcher, eventually
+from tests.invariants import check_invariants
+
+pytestmark = pytest.mark.integration
+QUOTAS = {"worker-a": DEFAULT_QUOTA, "worker-b": DEFAULT_QUOTA}
+
+
+async def placements(clients: dict[str, ClusterClient], namespace: str) -> dict[str, str]:
+    listed = await Resource(clients["manager"], TRAINJOBS).list(namespace=namespace)
+    return {j["metadata"]["name"]: (j["metadata"].get("annotations") or {}).get(
+        c.ANNOTATION_CLUSTER, "") for j in listed["items"]}
+
+
+async def annotations_of(clients: dict[str, ClusterClient], namespace: str,
+                         name: str) -> dict[str, str]:
+    job = await Resource(clients["manager"], TRAINJOBS).get(name, namespace=namespace)
+    return dict(((job or {}).get("metadata") or {}).get("annotations") or {})
+
+
+async def create(clients: dict[str, ClusterClient], namespace: str, names: list[str],
+                 **kwargs: Any) -> None:
+    jobs = Resource(clients["manager"], TRAINJOBS)
+    for name in names:
+        await jobs.create(trainjob(name, namespace, managed_by=MANAGED_BY_MULTIKUEUE, **kwargs),
+                          namespace=namespace)
+
+
+async def assert_invariants(clients: dict[str, ClusterClient], namespace: str) -> None:
+    async def hold() -> bool:
+        return not await check_invariants(clients, namespace, workers=QUOTAS, origin=namespace)
+    try:
+        await eventually(hold, timeout=15, interval=0.5)
+    except AssertionError:
+        problems = await check_invariants(clients, namespace, workers=QUOTAS, origin=namespace)
+        raise AssertionError(f"invariants violated: {problems}") from None
+
+
+async def on_worker(clients: dict[str, ClusterClient], namespace: str, names: list[str],
+                    worker: str) -> list[str]:
+    placed = await placements(clients, namespace)
+    return [n for n in names if placed.get(n) == worker]
+
+
+async def test_short_outage_evicts_nothing(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
+    worker_b: LocalCluster,
+) -> None:
+    await start_dispatcher(workers={"lostTimeoutSeconds": 30})
+    names = [f"steady-{i}" for i in range(6)]
+    await create(admin_clients, namespace, names)
+    await eventually(lambda: _all_placed(admin_clients, namespace, names))
+    before = await placements(admin_clients, namespace)
+    worker_b.pause()
+    try:
+        await asyncio.sleep(6)
+    finally:
+        worker_b.resume()
+    await asyncio.sleep(2)
+    assert await placements(admin_clients, namespace) == before
+    for name in names:
+        assert c.ANNOTATION_EVICTIONS not in await annotations_of(admin_clients, namespace, name)
+    await assert_invariants(admin_clients, namespace)
+
+
+async def _all_placed(clients: dict[str, ClusterClient], namespace: str,
+                      names: list[str]) -> bool:
+    placed = await placements(clients, namespace)
+    return all(placed.get(n) for n in names)
+
+
+async def test_lost_worker_jobs_move_and_stale_mirrors_are_collected_on_return(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
+    worker_b: LocalCluster,
+) -> None:
+    await start_dispatcher(workers={"lostTimeoutSeconds": 2})
+    names = [f"mobile-{i}" for i in range(6)]
+    await create(admin_clients, namespace, names)
+    await eventually(lambda: _all_placed(admin_clients, namespace, names))
+    moved = await on_worker(admin_clients, namespace, names, "worker-b")
+    assert moved, "MostFree should have spread the jobs over both workers"
+    worker_b.pause()
+    try:
+        async def all_on_a() -> bool:
+            return len(await on_worker(admin_clients, namespace, names, "worker-a")) == 6
+        await eventually(all_on_a, timeout=30, interval=0.5)
+    finally:
+        worker_b.resume()
+    for name in moved:
+        annotations = await annotations_of(admin_clients, namespace, name)
+        assert annotations[c.ANNOTATION_EVICTIONS] == "1"
+
+    async def b_collected() -> bool:
+        listed = await Resource(admin_clients["worker-b"], TRAINJOBS).list(namespace=namespace)
+        return not listed["items"]
+    await eventually(b_collected, timeout=20, interval=0.5)
+    await assert_invariants(admin_clients, namespace)
+
+
+async def test_mirror_deleted_by_hand_or_evicted_remotely_is_requeued(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
+) -> None:
+    await start_dispatcher()
+    await create(admin_clients, namespace, ["deleted", "preempted"])
+    await eventually(lambda: _all_placed(admin_clients, namespace, ["deleted", "preempted"]))
+    placed = await placements(admin_clients, namespace)
+
+    worker = Resource(admin_clients[placed["deleted"]], TRAINJOBS)
+    first = await worker.get("deleted", namespace=namespace)
+    assert first is not None
+    await worker.delete("deleted", namespace=namespace)
+
+    async def recreated() -> bool:
+        annotations = await annotations_of(admin_clients, namespace, "deleted")
+        where = annotations.get(c.ANNOTATION_CLUSTER)
+        if annotations.get(c.ANNOTATION_EVICTIONS) != "1" or not where:
+            return False
+        mirror = await Resource(admin_clients[where], TRAINJOBS).get("deleted",
+                                                                     namespace=namespace)
+        return bool(mirror and mirror["metadata"]["uid"] != first["metadata"]["uid"])
+    await eventually(recreated, timeout=20)
+
+    # The worker's own Kueue suspends the mirror after it started: requeue.
+    remote = Resource(admin_clients[placed["preempted"]], TRAINJOBS)
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    await remote.merge_patch("preempted", {"status": {
+        "jobsStatus": [{"name": "node", "active": 1, "ready": 1, "succeeded": 0, "failed": 0,
+                        "suspended": 0}]}}, namespace=namespace, subresource="status")
+    await asyncio.sleep(0.5)
+    await remote.merge_patch("preempted", {"status": {"conditions": [{
+        "type": "Suspended", "status": "True", "reason": "Preempted",
+        "message": "preempted by a higher priority workload", "lastTransitionTime": now}]}},
+        namespace=namespace, subresource="status")
+
+    async def requeued() -> bool:
+        annotations = await annotations_of(admin_clients, namespace, "preempted")
+        return annotations.get(c.ANNOTATION_EVICTIONS) == "1"
+    await eventually(requeued, timeout=20)
+    await eventually(lambda: _all_placed(admin_clients, namespace, ["preempted"]), timeout=20)
+    await assert_invariants(admin_clients, namespace)
+
+
+async def test_failure_is_retried_only_when_the_job_opts_in(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
+) -> None:
+    await start_dispatcher()
+    await create(admin_clients, namespace, ["flaky"],
+                 annotations={c.ANNOTATION_RETRY_ON_REASONS: "NodeLost, PodEvicted"})
+    await eventually(lambda: _all_placed(admin_clients, namespace, ["flaky"]))
+    placed = (await placements(admin_clients, namespace))["flaky"]
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    await Resource(admin_clients[placed], TRAINJOBS).merge_patch("flaky", {"status": {
+        "conditions": [{"type": "Failed", "status": "True", "reason": "NodeLost",
+                        "message": "node went away", "lastTransitionTime": now}]}},
+        namespace=namespace, subresource="status")
+
+    async def retried() -> bool:
+        annotations = await annotations_of(admin_clients, namespace, "flaky")
+        return (annotations.get(c.ANNOTATION_EVICTIONS) == "1"
+                and bool(annotations.get(c.ANNOTATION_CLUSTER)))
+    await eventually(retried, timeout=20)
+    job = await Resource(admin_clients["manager"], TRAINJOBS).get("flaky", namespace=namespace)
+    assert job is not None
+    assert not any(x["type"] == "Failed" for x in job["status"].get("conditions") or [])
+    await assert_invariants(admin_clients, namespace)
+
+
+async def test_manager_api_server_restart_is_survived(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
+    manager: LocalCluster,
+) -> None:
+    await start_dispatcher()
+    await create(admin_clients, namespace, ["before"])
+    await eventually(lambda: _all_placed(admin_clients, namespace, ["before"]))
+    await manager.restart()
+    await create(admin_clients, namespace, ["after"])
+    await eventually(lambda: _all_placed(admin_clients, namespace, ["before", "after"]),
+                     timeout=40, interval=0.5)
+    await assert_invariants(admin_clients, namespace)
+
+
+async def test_worker_without_the_trainjob_crd_is_inactive_and_unused(
+    start_dispatcher: StartDispatcher, control_plane: LocalControlPlane,
+    admin_clients: dict[str, ClusterClient], namespace: str,
+) -> None:
+    if "bare" not in control_plane.clusters:
+        await control_plane.start(["bare"], crd_files=[])
+    dispatcher = await start_dispatcher(wait_for_workers=False, workers={"static": [
+        {"name": "bare", "kubeconfig": str(control_plane.clusters["bare"].kubeconfig_path),
+         "quota": {"cpu": "1000", "memory": "1000Gi"}},
+        {"name": "worker-a", "kubeconfig": str(control_plane.clusters["worker-a"]
+                                               .kubeconfig_path), "quota": DEFAULT_QUOTA},
+    ]})
+    assert dispatcher.registry is not None
+
+    async def bare_missing_crd() -> bool:
+        bare = dispatcher.registry.get("bare") if dispatcher.registry else None
+        return bool(bare and not bare.active and bare.reason == c.REASON_MISSING_CRD)
+    await eventually(bare_missing_crd, timeout=20)
+    await create(admin_clients, namespace, ["picky-0", "picky-1"])
+    await eventually(lambda: _all_placed(admin_clients, namespace, ["picky-0", "picky-1"]))
+    assert set((await placements(admin_clients, namespace)).values()) == {"worker-a"}
