@@ -21,8 +21,8 @@ from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import SECRETS, Resource
 from dispatcher.localcluster import LocalControlPlane
 from tests.factories import trainjob
-from tests.invariants import check_invariants
 from tests.integration.conftest import DEFAULT_QUOTA, StartDispatcher, base_config, eventually
+from tests.invariants import check_invariants
 
 pytestmark = pytest.mark.integration
 
