@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup system-deps controlplane demo test unit lint bench
+.PHONY: setup system-deps controlplane demo test unit lint bench bench-quick soak
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -34,3 +34,13 @@ unit: setup
 lint: setup
 	$(PY) -m ruff check dispatcher tests
 	$(PY) -m mypy
+
+bench: setup controlplane
+	$(VENV)/bin/pip install --quiet -e '.[bench]'
+	$(PY) -m bench --jobs 2000 --workers 3
+
+bench-quick: setup controlplane
+	$(PY) -m bench --quick
+
+soak: setup controlplane
+	$(PY) -m bench.soak --minutes 20 --rate 1

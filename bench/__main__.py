@@ -1,0 +1,30 @@
+"""`python -m bench`: the dispatch benchmark (see bench/dispatch.py)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+from bench.dispatch import benchmark, write_reports
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--status-sample", type=int, default=500)
+    parser.add_argument("--quick", action="store_true", help="300 jobs: under a minute")
+    args = parser.parse_args()
+    jobs = 300 if args.quick else args.jobs
+    result = asyncio.run(benchmark(jobs=jobs, workers=args.workers,
+                                   concurrency=args.concurrency,
+                                   status_sample=min(args.status_sample, jobs)))
+    stem = write_reports(result)
+    print(stem.with_suffix(".md").read_text())
+    print(json.dumps(result["dispatcher"], indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+"""Dispatch benchmark: the dispatcher against the raw-copy floor, in one run.
+
+    python -m bench --jobs 2000 --workers 3        # or --quick
+
+1. Starts a local manager and K workers (real etcd + kube-apiserver), installs the
+   runtime, and gives every worker enough quota.
+2. Floor: the same client library with the same concurrency creates the N TrainJobs
+   directly on the workers, round robin, with no logic at all: the fastest any
+   dispatcher can place them here.
+3. Dispatcher: runs `dispatcher run` as a separate process (its CPU time and peak RSS
+   are read from /proc), creates N claimed TrainJobs on the manager in a burst, and
+   times from watch events: placement throughput, dispatch latency (manager create
+   answered -> mirror seen on a worker), time to drain the burst. Then it patches the
+   status of a sample of mirrors (as the trainer would) and times until the manager's
+   status shows it. API writes per job come from the dispatcher's own metrics.
+4. Writes `bench/results/dispatch-<N>.json`, a markdown table and a PNG of the latency
+   distributions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
+from dispatcher.kube.client import ClientSettings, ClusterClient
+from dispatcher.kube.informer import ADDED, MODIFIED, Informer
+from dispatcher.kube.resource import NAMESPACES, Resource
+from dispatcher.localcluster import LocalControlPlane
+from dispatcher.localcluster.cluster import free_port
+from tests.factories import trainjob
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+WRITE_VERBS = {"create", "patch", "apply", "delete"}
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)
+    return {"p50_ms": at(0.50), "p95_ms": at(0.95), "p99_ms": at(0.99),
+            "mean_ms": round(statistics.fmean(ordered) * 1000, 1)}
+
+
+async def bounded(concurrency: int, coros: list[Any]) -> None:
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one(coro: Any) -> None:
+        async with semaphore:
+            await coro
+    await asyncio.gather(*(one(c) for c in coros))
+
+
+class Watcher:
+    """Timestamps of the first time each TrainJob is seen (and a status predicate)."""
+
+    def __init__(self, client: ClusterClient, namespace: str) -> None:
+        self.informer = Informer(Resource(client, TRAINJOBS), namespace=namespace,
+                                 name=f"bench/{client.name}")
+        self.added: dict[str, float] = {}
+        self.status_seen: dict[str, float] = {}
+        self.expect_status: dict[str, Any] = {}
+        self.informer.add_handler(self._on)
+        self.task = asyncio.create_task(self.informer.run())
+
+    def _on(self, event_type: str, obj: dict[str, Any]) -> None:
+        now = time.monotonic()
+        name = obj["metadata"]["name"]
+        if event_type == ADDED:
+            self.added.setdefault(name, now)
+        if event_type in (ADDED, MODIFIED) and name in self.expect_status:
+            jobs_status = (obj.get("status") or {}).get("jobsStatus")
+            if jobs_status == self.expect_status[name]:
+                self.status_seen.setdefault(name, now)
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def proc_peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def scrape_writes(port: int) -> dict[str, float]:
+    async with aiohttp.ClientSession() as session, session.get(
+        f"http://127.0.0.1:{port}/metrics"
+    ) as response:
+        text = await response.text()
+    writes: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("dispatcher_api_requests_total{"):
+            labels, value = line.rsplit(" ", 1)
+            cluster = labels.split('cluster="')[1].split('"')[0]
+            verb = labels.split('verb="')[1].split('"')[0]
+            if verb in WRITE_VERBS:
+                writes[cluster] = writes.get(cluster, 0) + float(value)
+    return writes
+
+
+async def run_floor(clients: dict[str, ClusterClient], workers: list[str], jobs: int,
+                    concurrency: int) -> dict[str, Any]:
+    latencies: list[float] = []
+
+    async def create(index: int) -> None:
+        worker = workers[index % len(workers)]
+        started = time.monotonic()
+        await Resource(clients[worker], TRAINJOBS).create(
+            trainjob(f"floor-{index:05d}", "floor"), namespace="floor")
+        latencies.append(time.monotonic() - started)
+
+    started = time.monotonic()
+    await bounded(concurrency, [create(i) for i in range(jobs)])
+    elapsed = time.monotonic() - started
+    return {"jobs_per_second": round(jobs / elapsed, 1), "seconds": round(elapsed, 2),
+            "create_latency": percentiles(latencies), "latencies": latencies}
+
+
+async def run_dispatcher(plane: LocalControlPlane, clients: dict[str, ClusterClient],
+                         workers: list[str], jobs: int, concurrency: int,
+                         status_sample: int) -> dict[str, Any]:
+    port = free_port()
+    config = {
+        "managerKubeconfig": str(plane.clusters["manager"].kubeconfig_path),
+        "claim": {"namespaces": ["bench"]}, "mirror": {"origin": "bench"},
+        "server": {"host": "127.0.0.1", "port": port},
+        "client": {"qps": 5000, "burst": 5000},
+        "reconcileWorkers": 64,
+        "workers": {"fromCRD": False, "probeIntervalSeconds": 2, "static": [
+            {"name": w, "kubeconfig": str(plane.clusters[w].kubeconfig_path),
+             "quota": {"cpu": "1000000", "memory": "100000Ti"}} for w in workers]},
+    }
+    config_path = plane.directory / "bench-dispatcher.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    log = (RESULTS / "bench-dispatcher.log").open("wb")
+    process = subprocess.Popen(  # noqa: ASYNC220 - started once, then only signalled
+        [sys.executable, "-m", "dispatcher", "run", "--config", str(config_path)],
+        stdout=log, stderr=log)
+    try:
+        await _wait_ready(port)
+        watchers = {w: Watcher(clients[w], "bench") for w in workers}
+        manager_watch = Watcher(clients["manager"], "bench")
+        await asyncio.gather(*(w.informer.synced.wait() for w in watchers.values()),
+                             manager_watch.informer.synced.wait())
+        cpu_before = proc_cpu_seconds(process.pid)
+        created_at: dict[str, float] = {}
+
+        async def create(index: int) -> None:
+            name = f"job-{index:05d}"
+            await Resource(clients["manager"], TRAINJOBS).create(
+                trainjob(name, "bench", managed_by=MANAGED_BY_MULTIKUEUE), namespace="bench")
+            created_at[name] = time.monotonic()
+
+        started = time.monotonic()
+        await bounded(concurrency, [create(i) for i in range(jobs)])
+        deadline = time.monotonic() + max(120.0, jobs / 20)
+        while sum(len(w.added) for w in watchers.values()) < jobs:
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        seen = {name: t for w in watchers.values() for name, t in w.added.items()}
+        drained = max(seen.values(), default=started) - started
+        dispatch = [seen[n] - created_at[n] for n in seen if n in created_at]
+        cpu_burst = proc_cpu_seconds(process.pid) - cpu_before
+
+        status = await _status_sync(clients, watchers, manager_watch, seen, status_sample)
+        writes = await scrape_writes(port)
+        result = {
+            "jobs_placed": len(seen),
+            "jobs_per_second": round(len(seen) / drained, 1) if drained else 0.0,
+            "drain_seconds": round(drained, 2),
+            "dispatch_latency": percentiles(dispatch),
+            "status_sync_latency": percentiles(status),
+            "cpu_seconds_per_1000_jobs": round(cpu_burst / max(len(seen), 1) * 1000, 2),
+            "peak_rss_mb": round(proc_peak_rss_mb(process.pid), 1),
+            "api_writes_per_job": round(sum(writes.values()) / max(len(seen), 1), 2),
+            "api_writes_by_cluster": writes,
+            "latencies": dispatch, "status_latencies": status,
+        }
+        for watcher in (*watchers.values(), manager_watch):
+            await watcher.stop()
+        return result
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+        log.close()
+
+
+async def _wait_ready(port: int) -> None:
+    deadline = time.monotonic() + 60
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RuntimeError("the dispatcher did not become ready")
+
+
+async def _status_sync(clients: dict[str, ClusterClient], watchers: dict[str, Watcher],
+                       manager_watch: Watcher, seen: dict[str, float],
+                       sample: int) -> list[float]:
+    """Patch mirror statuses as the trainer would; time until the manager shows them."""
+    where = {name: w for w, watcher in watchers.items() for name in watcher.added}
+    names = sorted(seen)[:sample]
+    patched_at: dict[str, float] = {}
+
+    async def patch(name: str) -> None:
+        status = [{"name": "node", "active": 1, "ready": 1, "succeeded": 0, "failed": 0,
+                   "suspended": 0}]
+        manager_watch.expect_status[name] = status
+        patched_at[name] = time.monotonic()
+        await Resource(clients[where[name]], TRAINJOBS).merge_patch(
+            name, {"status": {"jobsStatus": status}}, namespace="bench", subresource="status")
+
+    await bounded(32, [patch(n) for n in names])
+    deadline = time.monotonic() + 60
+    while len(manager_watch.status_seen) < len(names) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)  # noqa: ASYNC110 - polling a counter the watch fills
+    return [manager_watch.status_seen[n] - patched_at[n]
+            for n in names if n in manager_watch.status_seen]
+
+
+async def benchmark(*, jobs: int, workers: int, concurrency: int,
+                    status_sample: int) -> dict[str, Any]:
+    names = [f"worker-{i}" for i in range(workers)]
+    async with LocalControlPlane() as plane:
+        started = time.monotonic()
+        await plane.start(["manager", *names])
+        startup = time.monotonic() - started
+        clients = {n: await ClusterClient.from_kubeconfig(
+            name=n, kubeconfig=c.kubeconfig(),
+            settings=ClientSettings(qps=5000, burst=5000, timeout_seconds=30,
+                                    pool_size=concurrency))
+            for n, c in plane.clusters.items()}
+        try:
+            runtime = yaml.safe_load(
+                (ROOT / "config/samples/clustertrainingruntime-torch.yaml").read_text())
+            for client in clients.values():
+                await Resource(client, CLUSTER_TRAINING_RUNTIMES).apply(runtime,
+                                                                        field_manager="bench")
+                for ns in ("floor", "bench"):
+                    await Resource(client, NAMESPACES).create({"metadata": {"name": ns}})
+            floor = await run_floor(clients, names, jobs, concurrency)
+            dispatched = await run_dispatcher(plane, clients, names, jobs, concurrency,
+                                              status_sample)
+        finally:
+            for client in clients.values():
+                await client.close()
+    return {"jobs": jobs, "workers": workers, "concurrency": concurrency,
+            "control_plane_start_seconds": round(startup, 1), "floor": floor,
+            "dispatcher": dispatched,
+            "throughput_vs_floor": round(dispatched["jobs_per_second"]
+                                         / max(floor["jobs_per_second"], 0.001), 2)}
+
+
+def write_reports(result: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem = RESULTS / f"dispatch-{result['jobs']}"
+    floor_latencies = result["floor"].pop("latencies")
+    dispatch_latencies = result["dispatcher"].pop("latencies")
+    status_latencies = result["dispatcher"].pop("status_latencies")
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    d, f = result["dispatcher"], result["floor"]
+    rows = [
+        "| measure | floor (raw copy) | dispatcher |", "| --- | --- | --- |",
+        f"| TrainJobs/s | {f['jobs_per_second']} | {d['jobs_per_second']} "
+        f"({result['throughput_vs_floor']}x) |",
+        f"| latency p50/p95/p99 ms | {f['create_latency'].get('p50_ms')}/"
+        f"{f['create_latency'].get('p95_ms')}/{f['create_latency'].get('p99_ms')} (create) | "
+        f"{d['dispatch_latency'].get('p50_ms')}/{d['dispatch_latency'].get('p95_ms')}/"
+        f"{d['dispatch_latency'].get('p99_ms')} (dispatch) |",
+        f"| status sync p50/p95/p99 ms | - | {d['status_sync_latency'].get('p50_ms')}/"
+        f"{d['status_sync_latency'].get('p95_ms')}/{d['status_sync_latency'].get('p99_ms')} |",
+        f"| time to drain the burst s | {f['seconds']} | {d['drain_seconds']} |",
+        f"| CPU s per 1000 jobs | - | {d['cpu_seconds_per_1000_jobs']} |",
+        f"| peak RSS MB | - | {d['peak_rss_mb']} |",
+        f"| API writes per job | 1 | {d['api_writes_per_job']} |",
+    ]
+    stem.with_suffix(".md").write_text(
+        f"# Dispatch benchmark: {result['jobs']} jobs, {result['workers']} workers\n\n"
+        + "\n".join(rows) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        figure, axis = plt.subplots(figsize=(8, 4.5))
+        for values, label in ((floor_latencies, "floor: create on worker"),
+                              (dispatch_latencies, "dispatcher: manager create -> mirror"),
+                              (status_latencies, "dispatcher: status sync")):
+            if values:
+                ordered = sorted(v * 1000 for v in values)
+                axis.plot(ordered, [i / len(ordered) for i in range(len(ordered))],
+                          label=label)
+        axis.set_xscale("log")
+        axis.set_xlabel("latency (ms, log scale)")
+        axis.set_ylabel("fraction of jobs")
+        axis.set_title(f"{result['jobs']} TrainJobs, {result['workers']} workers")
+        axis.legend()
+        axis.grid(True, alpha=0.3)
+        figure.tight_layout()
+        figure.savefig(stem.with_suffix(".png"), dpi=100)
+    except ImportError:
+        print("matplotlib missing (pip install -e '.[bench]'): no PNG", file=sys.stderr)
+    return stem
