@@ -24,7 +24,7 @@ demo: setup controlplane
 	$(VENV)/bin/dispatcher demo
 
 test: setup system-deps controlplane
-	$(PY) -m ruff check dispatcher tests
+	$(PY) -m ruff check dispatcher tests bench
 	$(PY) -m mypy
 	$(PY) -m pytest -q -p no:cacheprovider
 
@@ -32,7 +32,7 @@ unit: setup
 	$(PY) -m pytest -q tests/unit
 
 lint: setup
-	$(PY) -m ruff check dispatcher tests
+	$(PY) -m ruff check dispatcher tests bench
 	$(PY) -m mypy
 
 bench: setup controlplane

@@ -241,8 +241,8 @@ async def _status_sync(clients: dict[str, ClusterClient], watchers: dict[str, Wa
 
     await bounded(32, [patch(n) for n in names])
     deadline = time.monotonic() + 60
-    while len(manager_watch.status_seen) < len(names) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)  # noqa: ASYNC110 - polling a counter the watch fills
+    while len(manager_watch.status_seen) < len(names) and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
     return [manager_watch.status_seen[n] - patched_at[n]
             for n in names if n in manager_watch.status_seen]
 
