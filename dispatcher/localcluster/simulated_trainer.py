@@ -11,11 +11,11 @@ annotation `simulated-trainer/outcome: Failed` makes a job fail instead, and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.api.trainer import MANAGED_BY_TRAINER, TRAINJOBS
@@ -68,10 +68,21 @@ class SimulatedTrainer:
             self._run(job), name=f"simulated-trainer/{key}")
 
     async def _patch_status(self, job: JSON, status: JSON) -> None:
+        """Write the status, retrying while the worker is unreachable; give up if the
+        job is gone (404) or the write is refused."""
         metadata = job["metadata"]
-        with contextlib.suppress(ApiException):
-            await self._jobs.merge_patch(metadata["name"], {"status": status},
-                                         namespace=metadata["namespace"], subresource="status")
+        for attempt in range(60):
+            try:
+                await self._jobs.merge_patch(metadata["name"], {"status": status},
+                                             namespace=metadata["namespace"],
+                                             subresource="status")
+                return
+            except ApiException as error:
+                if error.status and error.status < 500:
+                    return
+            except (TimeoutError, aiohttp.ClientError):
+                pass
+            await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
 
     async def _run(self, job: JSON) -> None:
         annotations = job["metadata"].get("annotations") or {}
