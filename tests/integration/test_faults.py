@@ -215,3 +215,34 @@ async def test_worker_without_the_trainjob_crd_is_inactive_and_unused(
     await create(admin_clients, namespace, ["picky-0", "picky-1"])
     await eventually(lambda: _all_placed(admin_clients, namespace, ["picky-0", "picky-1"]))
     assert set((await placements(admin_clients, namespace)).values()) == {"worker-a"}
+
+
+async def test_a_job_evicted_too_often_fails_with_the_reason(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
+) -> None:
+    await start_dispatcher(mirror={"maxEvictions": 2, "requeueBackoffSeconds": 0.1})
+    await create(admin_clients, namespace, ["unlucky"])
+    for attempt in (1, 2):
+        await eventually(lambda: _all_placed(admin_clients, namespace, ["unlucky"]), timeout=15)
+        worker = (await placements(admin_clients, namespace))["unlucky"]
+        remote = Resource(admin_clients[worker], TRAINJOBS)
+        await eventually(lambda r=remote: r.get("unlucky", namespace=namespace))
+        await remote.delete("unlucky", namespace=namespace)
+
+        async def evicted(count: int = attempt) -> bool:
+            annotations = await annotations_of(admin_clients, namespace, "unlucky")
+            return annotations.get(c.ANNOTATION_EVICTIONS) == str(count)
+        await eventually(evicted, timeout=15)
+
+    async def failed() -> dict[str, Any] | None:
+        job = await Resource(admin_clients["manager"], TRAINJOBS).get("unlucky",
+                                                                      namespace=namespace)
+        for cond in ((job or {}).get("status") or {}).get("conditions") or []:
+            if cond["type"] == "Failed" and cond["status"] == "True":
+                return dict(cond)
+        return None
+    cond = await eventually(failed, timeout=15)
+    assert cond["reason"] == c.REASON_TOO_MANY_EVICTIONS
+    await asyncio.sleep(1)
+    assert (await placements(admin_clients, namespace))["unlucky"] == ""
+    await assert_invariants(admin_clients, namespace)
