@@ -7,6 +7,7 @@ import datetime
 from typing import Any
 
 import pytest
+import yaml
 
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
@@ -246,3 +247,54 @@ async def test_a_job_evicted_too_often_fails_with_the_reason(
     await asyncio.sleep(1)
     assert (await placements(admin_clients, namespace))["unlucky"] == ""
     await assert_invariants(admin_clients, namespace)
+
+
+async def test_mirror_finished_then_deleted_by_a_worker_ttl_is_not_rerun(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
+) -> None:
+    await start_dispatcher()
+    await create(admin_clients, namespace, ["ttl"])
+    await eventually(lambda: _all_placed(admin_clients, namespace, ["ttl"]))
+    worker = (await placements(admin_clients, namespace))["ttl"]
+    remote = Resource(admin_clients[worker], TRAINJOBS)
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    await eventually(lambda: remote.get("ttl", namespace=namespace))
+    await remote.merge_patch("ttl", {"status": {"conditions": [{
+        "type": "Complete", "status": "True", "reason": "AllJobsCompleted",
+        "message": "done", "lastTransitionTime": now}]}}, namespace=namespace,
+        subresource="status")
+    await remote.delete("ttl", namespace=namespace)
+
+    async def complete() -> bool:
+        job = await Resource(admin_clients["manager"], TRAINJOBS).get("ttl", namespace=namespace)
+        return any(x["type"] == "Complete" and x["status"] == "True"
+                   for x in ((job or {}).get("status") or {}).get("conditions") or [])
+    await eventually(complete, timeout=15)
+    assert c.ANNOTATION_EVICTIONS not in await annotations_of(admin_clients, namespace, "ttl")
+    await asyncio.sleep(1)
+    assert await Resource(admin_clients["worker-a"], TRAINJOBS).get("ttl", namespace=namespace) \
+        is None
+    assert await Resource(admin_clients["worker-b"], TRAINJOBS).get("ttl", namespace=namespace) \
+        is None
+    await assert_invariants(admin_clients, namespace)
+
+
+async def test_revoked_credentials_are_unauthorized_not_unreachable(
+    start_dispatcher: StartDispatcher, control_plane: LocalControlPlane, namespace: str,
+    tmp_path: Any,
+) -> None:
+    from dispatcher.localcluster.pki import ensure_certificates, sign_client_certificate
+
+    stranger = ensure_certificates(tmp_path / "other-ca")
+    cert, key = sign_client_certificate(stranger, user="revoked", groups=["system:masters"])
+    kubeconfig = control_plane.clusters["worker-b"].kubeconfig(user="revoked", cert=cert,
+                                                                key=key)
+    (tmp_path / "revoked.yaml").write_text(yaml.safe_dump(kubeconfig))
+    dispatcher = await start_dispatcher(wait_for_workers=False, workers={"static": [
+        {"name": "worker-b", "kubeconfig": str(tmp_path / "revoked.yaml"),
+         "quota": DEFAULT_QUOTA}]})
+
+    async def unauthorized() -> bool:
+        worker = dispatcher.registry.get("worker-b") if dispatcher.registry else None
+        return bool(worker and worker.reason == c.REASON_UNAUTHORIZED and not worker.active)
+    await eventually(unauthorized, timeout=15)
