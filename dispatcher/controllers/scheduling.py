@@ -36,7 +36,6 @@ class SchedulingLoop:
         self.pending: dict[str, PendingJob] = {}
         self.reservations: dict[str, str] = {}
         self.decisions: dict[str, Decision] = {}
-        self.passes = 0
         self._workers = workers
         self._policy = policy
         self._strategy = strategy
@@ -72,7 +71,6 @@ class SchedulingLoop:
     def run_pass(self) -> None:
         if not self.pending:
             return
-        self.passes += 1
         views = self._workers()
         for decision in schedule(self.pending.values(), views,
                                  policy=self._policy, strategy=self._strategy):

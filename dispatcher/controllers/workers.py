@@ -93,10 +93,6 @@ class WorkerConnection:
         self._watch_error: Exception | None = None
         self._probe_now = asyncio.Event()
 
-    @property
-    def connected(self) -> bool:
-        return self.client is not None and self.active
-
     def usable(self) -> bool:
         """Active and synced: safe to place on and to trust its mirror cache."""
         return self.active and self.mirrors is not None and self.mirrors.synced.is_set()

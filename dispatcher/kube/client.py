@@ -89,10 +89,6 @@ class ClusterClient:
         configuration.connection_pool_maxsize = settings.pool_size
         return cls(name=name, api=ApiClient(configuration), settings=settings, observer=observer)
 
-    @property
-    def host(self) -> str:
-        return str(self.api.configuration.host)
-
     async def close(self) -> None:
         await self.api.close()
 

@@ -58,6 +58,3 @@ class Ledger:
 
     def jobs_on(self, worker: str) -> list[Booking]:
         return [b for b in self._bookings.values() if b.worker == worker]
-
-    def count_on(self, worker: str) -> int:
-        return sum(1 for b in self._bookings.values() if b.worker == worker)
