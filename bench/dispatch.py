@@ -10,9 +10,9 @@
 3. Dispatcher: runs `dispatcher run` as a separate process (its CPU time and peak RSS
    are read from /proc), creates N claimed TrainJobs on the manager in a burst, and
    times from watch events: placement throughput, dispatch latency (manager create
-   answered -> mirror seen on a worker), time to drain the burst. Then it patches the
-   status of a sample of mirrors (as the trainer would) and times until the manager's
-   status shows it. API writes per job come from the dispatcher's own metrics.
+   answered -> mirror seen on a worker), time to drain the burst. Then, with every job
+   in flight, it patches the status of a sample of mirrors at a steady 50 a second (as
+   trainers would) and times each until the manager's status shows it. API writes per job come from the dispatcher's own metrics.
 4. Writes `bench/results/dispatch-<N>.json`, a markdown table and a PNG of the latency
    distributions.
 """
@@ -43,6 +43,7 @@ from tests.factories import trainjob
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 WRITE_VERBS = {"create", "patch", "apply", "delete"}
+STATUS_RATE = 50.0
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -239,7 +240,13 @@ async def _status_sync(clients: dict[str, ClusterClient], watchers: dict[str, Wa
         await Resource(clients[where[name]], TRAINJOBS).merge_patch(
             name, {"status": {"jobsStatus": status}}, namespace="bench", subresource="status")
 
-    await bounded(32, [patch(n) for n in names])
+    # A steady stream of status changes (STATUS_RATE a second) while every job is in
+    # flight, as trainers report: the latency of each, not the drain time of a burst.
+    tasks = []
+    for name in names:
+        tasks.append(asyncio.create_task(patch(name)))
+        await asyncio.sleep(1 / STATUS_RATE)
+    await asyncio.gather(*tasks)
     deadline = time.monotonic() + 60
     while len(manager_watch.status_seen) < len(names) and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)
