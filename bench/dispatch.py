@@ -12,7 +12,8 @@
    times from watch events: placement throughput, dispatch latency (manager create
    answered -> mirror seen on a worker), time to drain the burst. Then, with every job
    in flight, it patches the status of a sample of mirrors at a steady 50 a second (as
-   trainers would) and times each until the manager's status shows it. API writes per job come from the dispatcher's own metrics.
+   trainers would) and times each until the manager's status shows it. API writes per
+   job come from the dispatcher's own metrics.
 4. Writes `bench/results/dispatch-<N>.json`, a markdown table and a PNG of the latency
    distributions.
 """
