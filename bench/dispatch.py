@@ -107,12 +107,14 @@ def proc_peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def scrape_writes(port: int) -> dict[str, float]:
+async def scrape_writes(port: int) -> tuple[dict[str, float], float]:
+    """State writes by cluster (create, patch, apply, delete) and events written."""
     async with aiohttp.ClientSession() as session, session.get(
         f"http://127.0.0.1:{port}/metrics"
     ) as response:
         text = await response.text()
     writes: dict[str, float] = {}
+    events = 0.0
     for line in text.splitlines():
         if line.startswith("dispatcher_api_requests_total{"):
             labels, value = line.rsplit(" ", 1)
@@ -120,7 +122,9 @@ async def scrape_writes(port: int) -> dict[str, float]:
             verb = labels.split('verb="')[1].split('"')[0]
             if verb in WRITE_VERBS:
                 writes[cluster] = writes.get(cluster, 0) + float(value)
-    return writes
+            elif verb == "event":
+                events += float(value)
+    return writes, events
 
 
 async def run_floor(clients: dict[str, ClusterClient], workers: list[str], jobs: int,
@@ -189,7 +193,7 @@ async def run_dispatcher(plane: LocalControlPlane, clients: dict[str, ClusterCli
         cpu_burst = proc_cpu_seconds(process.pid) - cpu_before
 
         status = await _status_sync(clients, watchers, manager_watch, seen, status_sample)
-        writes = await scrape_writes(port)
+        writes, events = await scrape_writes(port)
         result = {
             "jobs_placed": len(seen),
             "jobs_per_second": round(len(seen) / drained, 1) if drained else 0.0,
@@ -199,6 +203,7 @@ async def run_dispatcher(plane: LocalControlPlane, clients: dict[str, ClusterCli
             "cpu_seconds_per_1000_jobs": round(cpu_burst / max(len(seen), 1) * 1000, 2),
             "peak_rss_mb": round(proc_peak_rss_mb(process.pid), 1),
             "api_writes_per_job": round(sum(writes.values()) / max(len(seen), 1), 2),
+            "events_per_job": round(events / max(len(seen), 1), 2),
             "api_writes_by_cluster": writes,
             "latencies": dispatch, "status_latencies": status,
         }
@@ -309,7 +314,8 @@ def write_reports(result: dict[str, Any]) -> Path:
         f"| time to drain the burst s | {f['seconds']} | {d['drain_seconds']} |",
         f"| CPU s per 1000 jobs | - | {d['cpu_seconds_per_1000_jobs']} |",
         f"| peak RSS MB | - | {d['peak_rss_mb']} |",
-        f"| API writes per job | 1 | {d['api_writes_per_job']} |",
+        f"| API writes per job (+ events) | 1 | {d['api_writes_per_job']} "
+        f"(+ {d['events_per_job']}) |",
     ]
     stem.with_suffix(".md").write_text(
         f"# Dispatch benchmark: {result['jobs']} jobs, {result['workers']} workers\n\n"

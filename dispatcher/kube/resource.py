@@ -108,9 +108,10 @@ class Resource:
             "GET", self.kind.path(namespace=namespace), query=query, timeout=timeout, verb="list"
         )
 
-    async def create(self, body: JSON, *, namespace: str | None = None) -> JSON:
+    async def create(self, body: JSON, *, namespace: str | None = None,
+                     verb: str = "create") -> JSON:
         return await self.client.request(
-            "POST", self.kind.path(namespace=namespace), body=body, verb="create"
+            "POST", self.kind.path(namespace=namespace), body=body, verb=verb
         )
 
     async def merge_patch(

@@ -70,7 +70,8 @@ class EventRecorder:
         while True:
             event = await self._queue.get()
             try:
-                await self._events.create(event, namespace=event["metadata"]["namespace"])
+                await self._events.create(event, namespace=event["metadata"]["namespace"],
+                                          verb="event")
             except asyncio.CancelledError:
                 raise
             except Exception as error:
