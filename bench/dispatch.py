@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -162,9 +163,12 @@ async def run_dispatcher(plane: LocalControlPlane, clients: dict[str, ClusterCli
     config_path = plane.directory / "bench-dispatcher.yaml"
     config_path.write_text(yaml.safe_dump(config))
     log = (RESULTS / "bench-dispatcher.log").open("wb")
+    argv = [sys.executable, "-m", "dispatcher", "run", "--config", str(config_path)]
+    if os.environ.get("BENCH_PROFILE"):  # collapsed stacks of the dispatcher, via py-spy
+        argv = ["py-spy", "record", "--format", "raw", "--rate", "200", "-o",
+                str(RESULTS / "profile.txt"), "--", *argv]
     process = subprocess.Popen(  # noqa: ASYNC220 - started once, then only signalled
-        [sys.executable, "-m", "dispatcher", "run", "--config", str(config_path)],
-        stdout=log, stderr=log)
+        argv, stdout=log, stderr=log)
     try:
         await _wait_ready(port)
         watchers = {w: Watcher(clients[w], "bench") for w in workers}
@@ -216,8 +220,8 @@ async def run_dispatcher(plane: LocalControlPlane, clients: dict[str, ClusterCli
             await watcher.stop()
         return result
     finally:
-        process.terminate()
-        process.wait(timeout=20)
+        process.send_signal(signal.SIGINT)  # py-spy writes its profile on SIGINT
+        process.wait(timeout=30)
         log.close()
 
 
