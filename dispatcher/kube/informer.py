@@ -100,7 +100,7 @@ class Informer:
         key = object_key(obj)
         cached = self.store.get(key)
         if cached is None or _newer(obj, cached):
-            self.store[key] = obj
+            self.store[key] = _trimmed(obj)
 
     def forget(self, key: str) -> None:
         """Drop an object this process just deleted from the cache."""
@@ -156,7 +156,7 @@ class Informer:
             kind = self.resource.kind
             for item in page.get("items", []):
                 item.setdefault("apiVersion", kind.api_version)
-                items[object_key(item)] = item
+                items[object_key(item)] = _trimmed(item)
             token = page.get("metadata", {}).get("continue")
             if not token:
                 self._resource_version = page["metadata"]["resourceVersion"]
@@ -226,12 +226,20 @@ class Informer:
         if event_type == "BOOKMARK":
             return
         obj.setdefault("apiVersion", self.resource.kind.api_version)
+        obj = _trimmed(obj)
         key = object_key(obj)
         if event_type == DELETED:
             self.store.pop(key, None)
         else:
             self.store[key] = obj
         self._emit(event_type, obj)
+
+
+def _trimmed(obj: JSON) -> JSON:
+    """The object without `metadata.managedFields`, which nothing here reads and which is
+    often the largest part of an object: caches of many objects stay small."""
+    obj.get("metadata", {}).pop("managedFields", None)
+    return obj
 
 
 def _newer(a: JSON, b: JSON) -> bool:
