@@ -26,6 +26,14 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def a_roomier_than_b(kubeconfigs: dict[str, str]) -> list[dict[str, Any]]:
+    """Static workers where MostFree tries worker-a first."""
+    return [{"name": "worker-a", "kubeconfig": kubeconfigs["worker-a"],
+             "quota": {"cpu": "64", "memory": "64Gi"}},
+            {"name": "worker-b", "kubeconfig": kubeconfigs["worker-b"],
+             "quota": {"cpu": "8", "memory": "8Gi"}}]
+
+
 def jobs_on(clients: dict[str, ClusterClient], cluster: str) -> Resource:
     return Resource(clients[cluster], TRAINJOBS)
 
@@ -201,12 +209,7 @@ async def test_existing_object_on_a_worker_is_left_alone(
     worker_a = jobs_on(admin_clients, "worker-a")
     squatter = await worker_a.create(trainjob("contested", namespace), namespace=namespace)
     # worker-a has more room, so the dispatcher tries it first and meets the conflict.
-    await start_dispatcher(workers={"static": [
-        {"name": "worker-a", "kubeconfig": worker_kubeconfigs["worker-a"],
-         "quota": {"cpu": "64", "memory": "64Gi"}},
-        {"name": "worker-b", "kubeconfig": worker_kubeconfigs["worker-b"],
-         "quota": {"cpu": "8", "memory": "8Gi"}},
-    ]})
+    await start_dispatcher(workers={"static": a_roomier_than_b(worker_kubeconfigs)})
     manager = jobs_on(admin_clients, "manager")
     await manager.create(trainjob("contested", namespace, managed_by=MANAGED_BY_MULTIKUEUE),
                          namespace=namespace)
@@ -258,12 +261,7 @@ async def test_worker_that_rejects_the_mirror_leads_elsewhere_with_the_reason(
     })
     try:
         await _wait_policy_active(admin_clients, namespace)
-        await start_dispatcher(workers={"static": [
-            {"name": "worker-a", "kubeconfig": worker_kubeconfigs["worker-a"],
-             "quota": {"cpu": "64", "memory": "64Gi"}},
-            {"name": "worker-b", "kubeconfig": worker_kubeconfigs["worker-b"],
-             "quota": {"cpu": "8", "memory": "8Gi"}},
-        ]})
+        await start_dispatcher(workers={"static": a_roomier_than_b(worker_kubeconfigs)})
         manager = jobs_on(admin_clients, "manager")
         await manager.create(trainjob("picky", namespace, managed_by=MANAGED_BY_MULTIKUEUE),
                              namespace=namespace)
