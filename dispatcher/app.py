@@ -23,7 +23,7 @@ from dispatcher.controllers.jobs import JobsController
 from dispatcher.controllers.scheduling import SchedulingLoop
 from dispatcher.controllers.trainjob_kind import TrainJobKind
 from dispatcher.controllers.workerclusters import WorkerClustersController
-from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
+from dispatcher.controllers.workers import ConnectionOptions, WorkerConnection, WorkerRegistry
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.informer import Informer, InformerSettings
 from dispatcher.kube.leader import lead
@@ -244,10 +244,11 @@ class Dispatcher:
                                settings=informer_settings, name="manager/secrets")
             informers += [worker_clusters, secrets]
         self.registry = WorkerRegistry(
-            client_settings=self._client_settings(), informer_settings=informer_settings,
-            origin=cfg.mirror.origin, probe_interval=cfg.workers.probe_interval_seconds,
-            on_change=self._on_worker_change,
-            on_mirror_event=self._on_mirror_event, observer=self.metrics.observe_request,
+            options=ConnectionOptions(
+                client_settings=self._client_settings(), informer_settings=informer_settings,
+                origin=cfg.mirror.origin, probe_interval=cfg.workers.probe_interval_seconds,
+                on_change=self._on_worker_change, observer=self.metrics.observe_request),
+            on_mirror_event=self._on_mirror_event,
         )
         events = EventRecorder(manager, instance=self.instance)
         self._scheduling = SchedulingLoop(
@@ -264,9 +265,9 @@ class Dispatcher:
             config=cfg, registry=self.registry, ledger=self.ledger,
             worker_clusters=worker_clusters, secrets=secrets)
         self._gc = GarbageCollector(
-            manager=manager, registry=self.registry, kind=kind, origin=cfg.mirror.origin,
-            keep_finished=cfg.mirror.keep_finished, interval=cfg.gc.interval_seconds,
-            metrics=self.metrics)
+            manager=manager, trainjobs=trainjobs, registry=self.registry, kind=kind,
+            origin=cfg.mirror.origin, keep_finished=cfg.mirror.keep_finished,
+            interval=cfg.gc.interval_seconds, metrics=self.metrics)
         trainjobs.add_handler(self.jobs.on_job_event)
         cluster_runtimes.add_handler(self.jobs.on_runtime_event)
         runtimes.add_handler(self.jobs.on_runtime_event)

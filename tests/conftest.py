@@ -7,6 +7,7 @@ of the session; its processes also die with the test process.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -61,6 +62,20 @@ async def admin_clients(
     yield clients
     for client in clients.values():
         await client.close()
+
+
+async def until_answering(client: ClusterClient, *, timeout: float = 30.0) -> None:
+    """After an API server restart, wait until this client gets answers again: its pooled
+    keep-alive connections died with the old process and fail once each."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            await Resource(client, NAMESPACES).get("default")
+            return
+        except Exception:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 @pytest_asyncio.fixture

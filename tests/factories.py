@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from dispatcher.api.trainer import API_VERSION, GROUP
@@ -40,3 +41,10 @@ def trainjob(
     if annotations:
         metadata["annotations"] = annotations
     return {"apiVersion": API_VERSION, "kind": "TrainJob", "metadata": metadata, "spec": spec}
+
+
+def condition(type_: str, reason: str, message: str, status: str = "True") -> dict[str, Any]:
+    """A metav1.Condition as a trainer (or a worker's Kueue) would write it, now."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"type": type_, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": now}

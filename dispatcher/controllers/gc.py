@@ -2,8 +2,8 @@
 
 A mirror (a worker object carrying this dispatcher's origin label) is an orphan when its
 manager TrainJob is gone, has another UID (deleted and re-created), is placed on another
-worker or on none, or has finished while finished mirrors are not kept. Each candidate
-is confirmed against the manager API server (not only the cache) before it is deleted,
+worker or on none, or has finished while finished mirrors are not kept. Candidates come
+from the manager's cache; each is confirmed against the API server before it is deleted,
 with the mirror's UID as a precondition, so a mirror created a moment ago is never lost.
 The collector runs every `gc.intervalSeconds` and, before anything new is placed on it,
 on every worker that (re)connects.
@@ -21,6 +21,7 @@ from dispatcher.api import constants as c
 from dispatcher.controllers.trainjob_kind import JobKind
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
 from dispatcher.kube.client import ClusterClient
+from dispatcher.kube.informer import Informer
 from dispatcher.kube.resource import Resource
 from dispatcher.observability.metrics import Metrics
 
@@ -29,9 +30,11 @@ JSON = dict[str, Any]
 
 
 class GarbageCollector:
-    def __init__(self, *, manager: ClusterClient, registry: WorkerRegistry, kind: JobKind,
-                 origin: str, keep_finished: bool, interval: float, metrics: Metrics) -> None:
+    def __init__(self, *, manager: ClusterClient, trainjobs: Informer, registry: WorkerRegistry,
+                 kind: JobKind, origin: str, keep_finished: bool, interval: float,
+                 metrics: Metrics) -> None:
         self._jobs = Resource(manager, kind.kind)
+        self._cache = trainjobs
         self._registry = registry
         self._kind = kind
         self._origin = origin
@@ -61,6 +64,8 @@ class GarbageCollector:
         remote = Resource(worker.client, self._kind.kind)
         deleted = 0
         for key, mirror in list(worker.mirrors.store.items()):
+            if self._orphan(mirror, self._cache.get(key), worker.name) is None:
+                continue
             namespace, name = mirror["metadata"]["namespace"], mirror["metadata"]["name"]
             job = await self._jobs.get(name, namespace=namespace)
             why = self._orphan(mirror, job, worker.name)

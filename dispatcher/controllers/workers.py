@@ -17,7 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from dispatcher.api import constants as c
@@ -50,6 +50,18 @@ def _reason_for(error: BaseException) -> tuple[str, str]:
     return c.REASON_UNREACHABLE, f"cannot reach the worker's API server ({type(error).__name__})"
 
 
+@dataclass(frozen=True)
+class ConnectionOptions:
+    """What every worker connection shares: limits, origin label, probe period, callbacks."""
+
+    client_settings: ClientSettings
+    informer_settings: InformerSettings
+    origin: str
+    probe_interval: float
+    on_change: ChangeHandler
+    observer: RequestObserver
+
+
 class WorkerConnection:
     """One worker: its client, mirror cache, health and lost-since clock."""
 
@@ -57,13 +69,8 @@ class WorkerConnection:
         self,
         *,
         spec: WorkerSpec,
-        client_settings: ClientSettings,
-        informer_settings: InformerSettings,
-        origin: str,
-        probe_interval: float,
-        on_change: ChangeHandler,
+        options: ConnectionOptions,
         on_mirror_event: EventHandler,
-        observer: RequestObserver,
         lost_since: float | None = None,
     ) -> None:
         self.spec = spec
@@ -82,13 +89,9 @@ class WorkerConnection:
         self.collected = False
         """Whether stale mirrors were collected since the worker last became active;
         nothing new is placed on it before."""
-        self._client_settings = client_settings
-        self._informer_settings = informer_settings
-        self._origin = origin
-        self._probe_interval = probe_interval
-        self._on_change = on_change
+        self._options = options
+        self._on_change = options.on_change
         self._on_mirror_event = on_mirror_event
-        self._observer = observer
         self._tasks: list[asyncio.Task[None]] = []
         self._watch_error: Exception | None = None
         self._probe_now = asyncio.Event()
@@ -122,7 +125,7 @@ class WorkerConnection:
         try:
             self.client = await ClusterClient.from_kubeconfig(
                 name=self.name, kubeconfig=self.spec.kubeconfig,
-                settings=self._client_settings, observer=self._observer,
+                settings=self._options.client_settings, observer=self._options.observer,
             )
         except Exception as error:
             self._set_state(False, c.REASON_BAD_KUBECONFIG,
@@ -130,8 +133,8 @@ class WorkerConnection:
             return
         self.mirrors = Informer(
             Resource(self.client, TRAINJOBS),
-            label_selector=f"{c.LABEL_ORIGIN}={self._origin}",
-            settings=self._informer_settings,
+            label_selector=f"{c.LABEL_ORIGIN}={self._options.origin}",
+            settings=self._options.informer_settings,
             on_connection=self._on_watch_state,
             name=f"{self.name}/mirrors",
         )
@@ -193,7 +196,7 @@ class WorkerConnection:
             await self.probe()
             self._probe_now.clear()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._probe_interval):
+                async with asyncio.timeout(self._options.probe_interval):
                     await self._probe_now.wait()
 
     async def stop(self) -> None:
@@ -217,22 +220,13 @@ class WorkerRegistry:
     def __init__(
         self,
         *,
-        client_settings: ClientSettings,
-        informer_settings: InformerSettings,
-        origin: str,
-        probe_interval: float,
-        on_change: ChangeHandler,
+        options: ConnectionOptions,
         on_mirror_event: Callable[[str, str, dict[str, object]], None],
-        observer: RequestObserver,
     ) -> None:
         self.workers: dict[str, WorkerConnection] = {}
-        self._client_settings = client_settings
-        self._informer_settings = informer_settings
-        self._origin = origin
-        self._probe_interval = probe_interval
-        self._on_change = on_change
+        self._options = options
+        self._on_change = options.on_change
         self._on_mirror_event = on_mirror_event
-        self._observer = observer
         self._lock = asyncio.Lock()
 
     def get(self, name: str) -> WorkerConnection | None:
@@ -242,17 +236,8 @@ class WorkerRegistry:
         def on_mirror(event_type: str, obj: dict[str, object]) -> None:
             self._on_mirror_event(spec.name, event_type, obj)
 
-        return WorkerConnection(
-            spec=spec,
-            client_settings=self._client_settings,
-            informer_settings=self._informer_settings,
-            origin=self._origin,
-            probe_interval=self._probe_interval,
-            on_change=self._on_change,
-            on_mirror_event=on_mirror,
-            observer=self._observer,
-            lost_since=lost_since,
-        )
+        return WorkerConnection(spec=spec, options=self._options, on_mirror_event=on_mirror,
+                                lost_since=lost_since)
 
     async def apply(self, specs: Iterable[WorkerSpec],
                     lost_since: dict[str, float] | None = None) -> None:

@@ -6,6 +6,7 @@ commas. An empty selector matches everything.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 
@@ -53,6 +54,8 @@ def _requirement(text: str) -> Predicate:
     raise SelectorError(f"cannot parse label selector requirement {text.strip()!r}")
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_selector(text: str) -> Predicate:
+    """The predicate of `text`; the same text gives the same (cached) function."""
     requirements = [_requirement(part) for part in _split(text or "")]
     return lambda labels: all(r(labels) for r in requirements)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 import pytest
@@ -11,7 +10,7 @@ from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import EVENTS, Resource, ResourceKind
-from tests.factories import trainjob
+from tests.factories import condition, trainjob
 from tests.integration.conftest import StartDispatcher, eventually
 
 pytestmark = pytest.mark.integration
@@ -20,10 +19,6 @@ _VAP = ResourceKind("admissionregistration.k8s.io", "v1", "validatingadmissionpo
                     namespaced=False)
 _VAP_BINDING = ResourceKind("admissionregistration.k8s.io", "v1",
                             "validatingadmissionpolicybindings", namespaced=False)
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def a_roomier_than_b(kubeconfigs: dict[str, str]) -> list[dict[str, Any]]:
@@ -129,8 +124,7 @@ async def test_mirror_status_is_copied_and_completion_cleans_up(
     assert dispatched is not None and dispatched["status"] == "True"
     assert worker in dispatched["message"]
 
-    complete = {"type": "Complete", "status": "True", "reason": "AllJobsCompleted",
-                "message": "jobs completed", "lastTransitionTime": _now()}
+    complete = condition("Complete", "AllJobsCompleted", "jobs completed")
     await patch_mirror_status(admin_clients, worker, "train", namespace,
                               {"conditions": [complete]})
 
@@ -153,8 +147,7 @@ async def test_failed_mirror_fails_the_manager_job_without_rerun(
     await manager.create(trainjob("doomed", namespace, managed_by=MANAGED_BY_MULTIKUEUE),
                          namespace=namespace)
     worker, _ = await placed_mirror(admin_clients, "doomed", namespace)
-    failed = {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
-              "message": "deadline exceeded", "lastTransitionTime": _now()}
+    failed = condition("Failed", "DeadlineExceeded", "deadline exceeded")
     await patch_mirror_status(admin_clients, worker, "doomed", namespace,
                               {"conditions": [failed]})
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
 from typing import Any
 
 import pytest
@@ -14,7 +13,8 @@ from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
 from dispatcher.localcluster import LocalCluster, LocalControlPlane
-from tests.factories import trainjob
+from tests.conftest import until_answering
+from tests.factories import condition, trainjob
 from tests.integration.conftest import DEFAULT_QUOTA, StartDispatcher, eventually
 from tests.invariants import check_invariants
 
@@ -138,14 +138,12 @@ async def test_mirror_deleted_by_hand_or_evicted_remotely_is_requeued(
 
     # The worker's own Kueue suspends the mirror after it started: requeue.
     remote = Resource(admin_clients[placed["preempted"]], TRAINJOBS)
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     await remote.merge_patch("preempted", {"status": {
         "jobsStatus": [{"name": "node", "active": 1, "ready": 1, "succeeded": 0, "failed": 0,
                         "suspended": 0}]}}, namespace=namespace, subresource="status")
     await asyncio.sleep(0.5)
-    await remote.merge_patch("preempted", {"status": {"conditions": [{
-        "type": "Suspended", "status": "True", "reason": "Preempted",
-        "message": "preempted by a higher priority workload", "lastTransitionTime": now}]}},
+    await remote.merge_patch("preempted", {"status": {"conditions": [condition(
+        "Suspended", "Preempted", "preempted by a higher priority workload")]}},
         namespace=namespace, subresource="status")
 
     async def requeued() -> bool:
@@ -164,10 +162,8 @@ async def test_failure_is_retried_only_when_the_job_opts_in(
                  annotations={c.ANNOTATION_RETRY_ON_REASONS: "NodeLost, PodEvicted"})
     await eventually(lambda: _all_placed(admin_clients, namespace, ["flaky"]))
     placed = (await placements(admin_clients, namespace))["flaky"]
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     await Resource(admin_clients[placed], TRAINJOBS).merge_patch("flaky", {"status": {
-        "conditions": [{"type": "Failed", "status": "True", "reason": "NodeLost",
-                        "message": "node went away", "lastTransitionTime": now}]}},
+        "conditions": [condition("Failed", "NodeLost", "node went away")]}},
         namespace=namespace, subresource="status")
 
     async def retried() -> bool:
@@ -189,6 +185,7 @@ async def test_manager_api_server_restart_is_survived(
     await create(admin_clients, namespace, ["before"])
     await eventually(lambda: _all_placed(admin_clients, namespace, ["before"]))
     await manager.restart()
+    await until_answering(admin_clients["manager"])
     await create(admin_clients, namespace, ["after"])
     await eventually(lambda: _all_placed(admin_clients, namespace, ["before", "after"]),
                      timeout=40, interval=0.5)
@@ -257,12 +254,9 @@ async def test_mirror_finished_then_deleted_by_a_worker_ttl_is_not_rerun(
     await eventually(lambda: _all_placed(admin_clients, namespace, ["ttl"]))
     worker = (await placements(admin_clients, namespace))["ttl"]
     remote = Resource(admin_clients[worker], TRAINJOBS)
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     await eventually(lambda: remote.get("ttl", namespace=namespace))
-    await remote.merge_patch("ttl", {"status": {"conditions": [{
-        "type": "Complete", "status": "True", "reason": "AllJobsCompleted",
-        "message": "done", "lastTransitionTime": now}]}}, namespace=namespace,
-        subresource="status")
+    await remote.merge_patch("ttl", {"status": {"conditions": [condition(
+        "Complete", "AllJobsCompleted", "done")]}}, namespace=namespace, subresource="status")
     await remote.delete("ttl", namespace=namespace)
 
     async def complete() -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ from dispatcher.api.kueue import CLUSTER_QUEUES, WORKLOAD_PRIORITY_CLASSES
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
-from tests.factories import trainjob
+from tests.factories import condition, trainjob
 from tests.integration.conftest import StartDispatcher, eventually
 
 pytestmark = pytest.mark.integration
@@ -59,10 +58,8 @@ async def create_jobs(admin_clients: dict[str, ClusterClient], namespace: str,
 
 async def complete_mirror(admin_clients: dict[str, ClusterClient], worker: str, name: str,
                           namespace: str) -> None:
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     await Resource(admin_clients[worker], TRAINJOBS).merge_patch(name, {"status": {
-        "conditions": [{"type": "Complete", "status": "True", "reason": "AllJobsCompleted",
-                        "message": "done", "lastTransitionTime": now}]}},
+        "conditions": [condition("Complete", "AllJobsCompleted", "done")]}},
         namespace=namespace, subresource="status")
 
 
