@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 
 from dispatcher.kube.client import ClientSettings, ClusterClient
-from dispatcher.kube.resource import NAMESPACES, Resource
+from dispatcher.kube.resource import NAMESPACES, Resource, ResourceKind
 from dispatcher.localcluster import LocalCluster, LocalControlPlane
 
 CLUSTERS = ("manager", "worker-a", "worker-b")
@@ -64,13 +64,15 @@ async def admin_clients(
         await client.close()
 
 
-async def until_answering(client: ClusterClient, *, timeout: float = 30.0) -> None:
-    """After an API server restart, wait until this client gets answers again: its pooled
-    keep-alive connections died with the old process and fail once each."""
+async def until_answering(client: ClusterClient, kind: ResourceKind = NAMESPACES, *,
+                          timeout: float = 30.0) -> None:
+    """After an API server restart, wait until this client can list `kind` again: its
+    pooled keep-alive connections died with the old process and fail once each, and a
+    custom resource answers 429 while its storage re-initializes."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         try:
-            await Resource(client, NAMESPACES).get("default")
+            await Resource(client, kind).list(limit=1)
             return
         except Exception:
             if asyncio.get_running_loop().time() > deadline:

@@ -124,7 +124,7 @@ async def test_restarted_cluster_keeps_its_objects(
     old_pid = worker_a.apiserver.pid
     await worker_a.restart()
     assert worker_a.apiserver.pid != old_pid
-    await until_answering(admin_clients["worker-a"])
+    await until_answering(admin_clients["worker-a"], TRAINJOBS)
     read = await jobs.get("survivor", namespace=namespace)
     assert read is not None and read["metadata"]["uid"] == created["metadata"]["uid"]
 

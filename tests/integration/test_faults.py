@@ -185,7 +185,7 @@ async def test_manager_api_server_restart_is_survived(
     await create(admin_clients, namespace, ["before"])
     await eventually(lambda: _all_placed(admin_clients, namespace, ["before"]))
     await manager.restart()
-    await until_answering(admin_clients["manager"])
+    await until_answering(admin_clients["manager"], TRAINJOBS)
     await create(admin_clients, namespace, ["after"])
     await eventually(lambda: _all_placed(admin_clients, namespace, ["before", "after"]),
                      timeout=40, interval=0.5)
