@@ -15,12 +15,17 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--status-sample", type=int, default=500)
+    parser.add_argument("--steady-rate", type=float, default=50.0,
+                        help="jobs/s submitted after the burst, with the burst in flight")
+    parser.add_argument("--steady-jobs", type=int, default=500)
     parser.add_argument("--quick", action="store_true", help="300 jobs: under a minute")
     args = parser.parse_args()
     jobs = 300 if args.quick else args.jobs
     result = asyncio.run(benchmark(jobs=jobs, workers=args.workers,
                                    concurrency=args.concurrency,
-                                   status_sample=min(args.status_sample, jobs)))
+                                   status_sample=min(args.status_sample, jobs),
+                                   steady_rate=args.steady_rate,
+                                   steady_jobs=150 if args.quick else args.steady_jobs))
     stem = write_reports(result)
     print(stem.with_suffix(".md").read_text())
     print(json.dumps(result["dispatcher"], indent=2))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -101,6 +102,30 @@ def proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+class CpuMeter:
+    """CPU seconds each process of the run used between `start()` and `stop()`."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self._before: dict[str, float] = {}
+        self.used: dict[str, float] = {}
+
+    def start(self) -> None:
+        self._before = {name: proc_cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def stop(self) -> dict[str, float]:
+        self.used = {name: round(proc_cpu_seconds(pid) - self._before[name], 2)
+                     for name, pid in self.pids.items()}
+        self.used["total"] = round(sum(self.used.values()), 2)
+        return self.used
+
+
+def plane_pids(plane: LocalControlPlane) -> dict[str, int]:
+    pids = {"etcd": plane.etcd.pid, "harness": os.getpid()}
+    pids.update({f"apiserver/{name}": c.apiserver.pid for name, c in plane.clusters.items()})
+    return {name: pid for name, pid in pids.items() if pid is not None}
+
+
 def proc_peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -108,15 +133,17 @@ def proc_peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def scrape_writes(port: int) -> tuple[dict[str, float], float]:
-    """State writes by cluster (create, patch, apply, delete) and events written."""
+async def scrape_writes(port: int) -> tuple[dict[str, float], float, float]:
+    """State writes by cluster (create, patch, apply, delete), events written, reconciles."""
     async with aiohttp.ClientSession() as session, session.get(
         f"http://127.0.0.1:{port}/metrics"
     ) as response:
         text = await response.text()
     writes: dict[str, float] = {}
-    events = 0.0
+    events = reconciles = 0.0
     for line in text.splitlines():
+        if line.startswith("dispatcher_reconciles_total{"):
+            reconciles += float(line.rsplit(" ", 1)[1])
         if line.startswith("dispatcher_api_requests_total{"):
             labels, value = line.rsplit(" ", 1)
             cluster = labels.split('cluster="')[1].split('"')[0]
@@ -125,11 +152,11 @@ async def scrape_writes(port: int) -> tuple[dict[str, float], float]:
                 writes[cluster] = writes.get(cluster, 0) + float(value)
             elif verb == "event":
                 events += float(value)
-    return writes, events
+    return writes, events, reconciles
 
 
-async def run_floor(clients: dict[str, ClusterClient], workers: list[str], jobs: int,
-                    concurrency: int) -> dict[str, Any]:
+async def run_floor(plane: LocalControlPlane, clients: dict[str, ClusterClient],
+                    workers: list[str], jobs: int, concurrency: int) -> dict[str, Any]:
     latencies: list[float] = []
 
     async def create(index: int) -> None:
@@ -139,16 +166,20 @@ async def run_floor(clients: dict[str, ClusterClient], workers: list[str], jobs:
             trainjob(f"floor-{index:05d}", "floor"), namespace="floor")
         latencies.append(time.monotonic() - started)
 
+    cpu = CpuMeter(plane_pids(plane))
+    cpu.start()
     started = time.monotonic()
     await bounded(concurrency, [create(i) for i in range(jobs)])
     elapsed = time.monotonic() - started
     return {"jobs_per_second": round(jobs / elapsed, 1), "seconds": round(elapsed, 2),
-            "create_latency": percentiles(latencies), "latencies": latencies}
+            "create_latency": percentiles(latencies), "cpu_seconds": cpu.stop(),
+            "latencies": latencies}
 
 
 async def run_dispatcher(plane: LocalControlPlane, clients: dict[str, ClusterClient],
                          workers: list[str], jobs: int, concurrency: int,
-                         status_sample: int) -> dict[str, Any]:
+                         status_sample: int, steady_rate: float,
+                         steady_jobs: int) -> dict[str, Any]:
     port = free_port()
     config = {
         "managerKubeconfig": str(plane.clusters["manager"].kubeconfig_path),
@@ -165,7 +196,8 @@ async def run_dispatcher(plane: LocalControlPlane, clients: dict[str, ClusterCli
     log = (RESULTS / "bench-dispatcher.log").open("wb")
     argv = [sys.executable, "-m", "dispatcher", "run", "--config", str(config_path)]
     if os.environ.get("BENCH_PROFILE"):  # collapsed stacks of the dispatcher, via py-spy
-        argv = ["py-spy", "record", "--format", "raw", "--rate", "200", "-o",
+        py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        argv = [py_spy, "record", "--format", "raw", "--rate", "200", "-o",
                 str(RESULTS / "profile.txt"), "--", *argv]
     process = subprocess.Popen(  # noqa: ASYNC220 - started once, then only signalled
         argv, stdout=log, stderr=log)
@@ -175,7 +207,8 @@ async def run_dispatcher(plane: LocalControlPlane, clients: dict[str, ClusterCli
         manager_watch = Watcher(clients["manager"], "bench")
         await asyncio.gather(*(w.informer.synced.wait() for w in watchers.values()),
                              manager_watch.informer.synced.wait())
-        cpu_before = proc_cpu_seconds(process.pid)
+        cpu = CpuMeter({**plane_pids(plane), "dispatcher": process.pid})
+        cpu.start()
         created_at: dict[str, float] = {}
 
         async def create(index: int) -> None:
@@ -194,27 +227,35 @@ async def run_dispatcher(plane: LocalControlPlane, clients: dict[str, ClusterCli
         seen = {name: t for w in watchers.values() for name, t in w.added.items()}
         drained = max(seen.values(), default=started) - started
         dispatch = [seen[n] - created_at[n] for n in seen if n in created_at]
-        cpu_burst = proc_cpu_seconds(process.pid) - cpu_before
+        cpu_burst = cpu.stop()
         await asyncio.sleep(1.0)
-        placed_writes, events = await scrape_writes(port)
+        placed_writes, events, reconciles = await scrape_writes(port)
 
+        steady = await _steady_dispatch(clients["manager"], watchers, rate=steady_rate,
+                                        count=steady_jobs)
         status = await _status_sync(clients, watchers, manager_watch, seen, status_sample)
-        writes, _ = await scrape_writes(port)
+        writes, _, _ = await scrape_writes(port)
         status_writes = sum(writes.values()) - sum(placed_writes.values())
         result = {
             "jobs_placed": len(seen),
             "jobs_per_second": round(len(seen) / drained, 1) if drained else 0.0,
             "drain_seconds": round(drained, 2),
             "dispatch_latency": percentiles(dispatch),
+            "steady_dispatch": {"rate_per_second": steady_rate, "jobs": len(steady),
+                                "in_flight_before": len(seen),
+                                "latency": percentiles(steady)},
             "status_sync_latency": percentiles(status),
-            "cpu_seconds_per_1000_jobs": round(cpu_burst / max(len(seen), 1) * 1000, 2),
+            "cpu_seconds_per_1000_jobs": round(
+                cpu_burst["dispatcher"] / max(len(seen), 1) * 1000, 2),
+            "cpu_seconds": cpu_burst,
             "peak_rss_mb": round(proc_peak_rss_mb(process.pid), 1),
             "api_writes_per_job_to_placed": round(
                 sum(placed_writes.values()) / max(len(seen), 1), 2),
             "api_writes_per_status_change": round(status_writes / max(len(status), 1), 2),
             "events_per_job": round(events / max(len(seen), 1), 2),
+            "reconciles_per_job": round(reconciles / max(len(seen), 1), 2),
             "api_writes_by_cluster": writes,
-            "latencies": dispatch, "status_latencies": status,
+            "latencies": dispatch, "steady_latencies": steady, "status_latencies": status,
         }
         for watcher in (*watchers.values(), manager_watch):
             await watcher.stop()
@@ -237,6 +278,34 @@ async def _wait_ready(port: int) -> None:
                 pass
             await asyncio.sleep(0.2)
     raise RuntimeError("the dispatcher did not become ready")
+
+
+async def _steady_dispatch(manager: ClusterClient, watchers: dict[str, Watcher], *,
+                           rate: float, count: int) -> list[float]:
+    """New jobs at a steady rate while the burst's jobs are in flight, as users submit:
+    the dispatch latency of each (manager create answered -> mirror seen on a worker)."""
+    created_at: dict[str, float] = {}
+
+    async def create(name: str) -> None:
+        await Resource(manager, TRAINJOBS).create(
+            trainjob(name, "bench", managed_by=MANAGED_BY_MULTIKUEUE), namespace="bench")
+        created_at[name] = time.monotonic()
+
+    names = [f"steady-{i:05d}" for i in range(count)]
+    tasks = []
+    started = time.monotonic()
+    for index, name in enumerate(names):
+        await asyncio.sleep(max(0.0, started + index / rate - time.monotonic()))
+        tasks.append(asyncio.create_task(create(name)))
+    await asyncio.gather(*tasks)
+
+    def placed() -> dict[str, float]:
+        return {n: t for w in watchers.values() for n, t in w.added.items() if n in created_at}
+    deadline = time.monotonic() + 60
+    while len(placed()) < len(created_at) and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    seen = placed()
+    return [seen[n] - created_at[n] for n in names if n in seen]
 
 
 async def _status_sync(clients: dict[str, ClusterClient], watchers: dict[str, Watcher],
@@ -269,8 +338,8 @@ async def _status_sync(clients: dict[str, ClusterClient], watchers: dict[str, Wa
             for n in names if n in manager_watch.status_seen]
 
 
-async def benchmark(*, jobs: int, workers: int, concurrency: int,
-                    status_sample: int) -> dict[str, Any]:
+async def benchmark(*, jobs: int, workers: int, concurrency: int, status_sample: int,
+                    steady_rate: float, steady_jobs: int) -> dict[str, Any]:
     names = [f"worker-{i}" for i in range(workers)]
     async with LocalControlPlane() as plane:
         started = time.monotonic()
@@ -289,9 +358,9 @@ async def benchmark(*, jobs: int, workers: int, concurrency: int,
                                                                         field_manager="bench")
                 for ns in ("floor", "bench"):
                     await Resource(client, NAMESPACES).create({"metadata": {"name": ns}})
-            floor = await run_floor(clients, names, jobs, concurrency)
+            floor = await run_floor(plane, clients, names, jobs, concurrency)
             dispatched = await run_dispatcher(plane, clients, names, jobs, concurrency,
-                                              status_sample)
+                                              status_sample, steady_rate, steady_jobs)
         finally:
             for client in clients.values():
                 await client.close()
@@ -299,7 +368,35 @@ async def benchmark(*, jobs: int, workers: int, concurrency: int,
             "control_plane_start_seconds": round(startup, 1), "floor": floor,
             "dispatcher": dispatched,
             "throughput_vs_floor": round(dispatched["jobs_per_second"]
-                                         / max(floor["jobs_per_second"], 0.001), 2)}
+                                         / max(floor["jobs_per_second"], 0.001), 2),
+            "cpu_ceiling": cpu_ceiling(floor, dispatched, jobs)}
+
+
+def _triple(latency: dict[str, float]) -> str:
+    return f"{latency.get('p50_ms')}/{latency.get('p95_ms')}/{latency.get('p99_ms')}"
+
+
+def cpu_ceiling(floor: dict[str, Any], dispatched: dict[str, Any], jobs: int) -> float:
+    """The throughput ratio a dispatcher costing no CPU at all could reach here.
+
+    Both runs saturate the same cores, so throughput goes as 1 / CPU per job: the floor's
+    CPU per job over the API servers', etcd's and the harness's CPU per dispatched job.
+    """
+    floor_cpu = floor["cpu_seconds"]["total"] / jobs
+    others = dispatched["cpu_seconds"]["total"] - dispatched["cpu_seconds"]["dispatcher"]
+    return round(floor_cpu / (others / max(dispatched["jobs_placed"], 1)), 2)
+
+
+def cpu_rows(floor: dict[str, Any], dispatched: dict[str, Any], jobs: int) -> list[str]:
+    """CPU milliseconds per job by process, floor run beside dispatcher burst."""
+    names = [n for n in dispatched["cpu_seconds"] if n != "total"] + ["total"]
+    rows = ["| process | floor ms/job | dispatcher ms/job |", "| --- | --- | --- |"]
+    placed = max(dispatched["jobs_placed"], 1)
+    for name in names:
+        floor_ms = floor["cpu_seconds"].get(name)
+        rows.append(f"| {name} | {'-' if floor_ms is None else round(floor_ms / jobs * 1000, 2)}"
+                    f" | {round(dispatched['cpu_seconds'][name] / placed * 1000, 2)} |")
+    return rows
 
 
 def write_reports(result: dict[str, Any]) -> Path:
@@ -307,29 +404,37 @@ def write_reports(result: dict[str, Any]) -> Path:
     stem = RESULTS / f"dispatch-{result['jobs']}"
     floor_latencies = result["floor"].pop("latencies")
     dispatch_latencies = result["dispatcher"].pop("latencies")
+    steady_latencies = result["dispatcher"].pop("steady_latencies")
     status_latencies = result["dispatcher"].pop("status_latencies")
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     d, f = result["dispatcher"], result["floor"]
+    steady = d["steady_dispatch"]
     rows = [
         "| measure | floor (raw copy) | dispatcher |", "| --- | --- | --- |",
         f"| TrainJobs/s | {f['jobs_per_second']} | {d['jobs_per_second']} "
         f"({result['throughput_vs_floor']}x) |",
-        f"| latency p50/p95/p99 ms | {f['create_latency'].get('p50_ms')}/"
-        f"{f['create_latency'].get('p95_ms')}/{f['create_latency'].get('p99_ms')} (create) | "
-        f"{d['dispatch_latency'].get('p50_ms')}/{d['dispatch_latency'].get('p95_ms')}/"
-        f"{d['dispatch_latency'].get('p99_ms')} (dispatch) |",
-        f"| status sync p50/p95/p99 ms | - | {d['status_sync_latency'].get('p50_ms')}/"
-        f"{d['status_sync_latency'].get('p95_ms')}/{d['status_sync_latency'].get('p99_ms')} |",
+        f"| latency p50/p95/p99 ms, burst | {_triple(f['create_latency'])} (create) | "
+        f"{_triple(d['dispatch_latency'])} (manager create -> mirror) |",
+        f"| dispatch latency p50/p95/p99 ms, {steady['rate_per_second']:g} jobs/s with "
+        f"{steady['in_flight_before']} in flight | - | {_triple(steady['latency'])} |",
+        f"| status sync p50/p95/p99 ms, {STATUS_RATE:g} changes/s | - | "
+        f"{_triple(d['status_sync_latency'])} |",
         f"| time to drain the burst s | {f['seconds']} | {d['drain_seconds']} |",
-        f"| CPU s per 1000 jobs | - | {d['cpu_seconds_per_1000_jobs']} |",
-        f"| peak RSS MB | - | {d['peak_rss_mb']} |",
+        f"| dispatcher CPU s per 1000 jobs | - | {d['cpu_seconds_per_1000_jobs']} |",
+        f"| dispatcher peak RSS MB | - | {d['peak_rss_mb']} |",
         f"| API writes per job to placed (+ events) | 1 | "
         f"{d['api_writes_per_job_to_placed']} (+ {d['events_per_job']}) |",
         f"| API writes per status change | - | {d['api_writes_per_status_change']} |",
+        f"| reconciles per job | - | {d['reconciles_per_job']} |",
     ]
     stem.with_suffix(".md").write_text(
         f"# Dispatch benchmark: {result['jobs']} jobs, {result['workers']} workers\n\n"
-        + "\n".join(rows) + "\n")
+        + "\n".join(rows)
+        + "\n\n## CPU per job, all processes on this machine\n\n"
+        + "\n".join(cpu_rows(f, d, result["jobs"]))
+        + f"\n\nA dispatcher using no CPU at all could reach {result['cpu_ceiling']}x the "
+        "floor here: the API servers, etcd and the harness alone spend that much more CPU "
+        "per dispatched job than per raw copy, on the same cores.\n")
     try:
         import matplotlib
 
@@ -339,6 +444,7 @@ def write_reports(result: dict[str, Any]) -> Path:
         figure, axis = plt.subplots(figsize=(8, 4.5))
         for values, label in ((floor_latencies, "floor: create on worker"),
                               (dispatch_latencies, "dispatcher: manager create -> mirror"),
+                              (steady_latencies, "dispatcher: same, steady rate"),
                               (status_latencies, "dispatcher: status sync")):
             if values:
                 ordered = sorted(v * 1000 for v in values)

@@ -28,7 +28,7 @@ from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.informer import Informer, InformerSettings
 from dispatcher.kube.leader import lead
 from dispatcher.kube.resource import SECRETS, Resource
-from dispatcher.kube.workqueue import WorkQueue
+from dispatcher.kube.workqueue import Result, WorkQueue
 from dispatcher.observability.events import EventRecorder
 from dispatcher.observability.metrics import Metrics
 from dispatcher.observability.server import HealthServer
@@ -189,7 +189,18 @@ class Dispatcher:
             self.jobs.queue.add(key)
         self._scheduling.ready.set()
         self.ready.set()
-        await queue.run_workers(self.jobs.reconcile, workers=self.config.reconcile_workers)
+        await queue.run_workers(self._reconcile, workers=self.config.reconcile_workers)
+
+    async def _reconcile(self, key: str) -> Result:
+        assert self.jobs is not None
+        try:
+            result = await self.jobs.reconcile(key)
+        except Exception:
+            self.metrics.reconciles.labels("error").inc()
+            raise
+        self.metrics.reconciles.labels("done" if result.requeue_after is None
+                                       else "requeue").inc()
+        return result
 
     async def run(self) -> None:
         """Serve health and metrics; work (alone, or while holding the Lease)."""

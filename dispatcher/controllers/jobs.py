@@ -17,8 +17,9 @@ from __future__ import annotations
 import logging
 import time
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeAlias
 
+from kubeflow_trainer_api import models
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.api import constants as c
@@ -37,7 +38,7 @@ from dispatcher.kube.workqueue import Result, WorkQueue
 from dispatcher.observability.events import EventRecorder
 from dispatcher.observability.metrics import Metrics
 from dispatcher.placement import resources
-from dispatcher.placement.demand import DemandError, trainjob_demand
+from dispatcher.placement.demand import DemandError, demand_with_spec, parse_runtime
 from dispatcher.placement.ledger import Booking, Ledger
 from dispatcher.placement.quantity import QuantityError
 from dispatcher.placement.scheduler import Decision, PendingJob
@@ -47,8 +48,7 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 _REJECTION_CODES = {400, 403, 404, 409, 422}
 _PRIORITY_CACHE_SECONDS = 30.0
-
-
+RuntimeSpec: TypeAlias = models.TrainerV1alpha1TrainingRuntimeSpec
 
 
 class JobsController(LeavingWorker):
@@ -86,6 +86,7 @@ class JobsController(LeavingWorker):
         self._tombstones: dict[tuple[str, str], JSON] = {}
         self._runtime_waiters: set[str] = set()
         self._demands: dict[str, tuple[int, dict[str, Fraction]]] = {}
+        self._runtime_specs: dict[str, tuple[str, RuntimeSpec]] = {}
         self._excluded: dict[str, dict[str, float]] = {}
         self._not_before: dict[str, float] = {}
         self._namespaces: dict[str, set[str]] = {}
@@ -178,9 +179,21 @@ class JobsController(LeavingWorker):
         cached = self._demands.get(uid)
         if cached and cached[0] == generation:
             return cached[1]
-        demand = trainjob_demand(job, runtime, mode=self.config.placement.demand_mode)
+        demand = demand_with_spec(job, self._runtime_spec(runtime),
+                                  mode=self.config.placement.demand_mode)
         self._demands[uid] = (generation, demand)
         return demand
+
+    def _runtime_spec(self, runtime: JSON) -> RuntimeSpec:
+        """The parsed runtime, parsed once per version of it."""
+        metadata = runtime["metadata"]
+        key = f"{runtime.get('kind')}/{metadata.get('namespace', '')}/{metadata['name']}"
+        version = metadata.get("resourceVersion", "")
+        cached = self._runtime_specs.get(key)
+        if cached is None or cached[0] != version:
+            cached = (version, parse_runtime(runtime))
+            self._runtime_specs[key] = cached
+        return cached[1]
 
     async def _priority(self, job: JSON) -> int:
         """Value of the WorkloadPriorityClass, else the PriorityClass, the job's

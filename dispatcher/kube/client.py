@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +45,28 @@ def api_error(code: int, reason: str | None, body: bytes) -> ApiException:
     return error
 
 
+def _resolve_environment_once(api: ApiClient) -> None:
+    """Look up the proxy from the environment once, not on every request.
+
+    The library's HTTP session trusts the environment, so aiohttp reads `~/.netrc` and the
+    proxy variables in a thread on every request: a large share of this process's CPU
+    time when dispatching. The proxy (`HTTPS_PROXY`/`NO_PROXY`, as client-go honours them)
+    is resolved here once per client, unless the kubeconfig names one; the session is
+    replaced by one that does not consult the environment again. Credentials always come
+    from the kubeconfig, never from `.netrc`.
+    """
+    rest = api.rest_client
+    if not rest.proxy:
+        url = urllib.parse.urlsplit(str(api.configuration.host))
+        proxy = urllib.request.getproxies().get(url.scheme)
+        if proxy and url.hostname and not urllib.request.proxy_bypass(url.hostname):
+            rest.proxy = proxy
+    session = rest.pool_manager
+    rest.pool_manager = aiohttp.ClientSession(
+        connector=session.connector, trust_env=False, read_bufsize=2**21)
+    session.detach()
+
+
 def _no_observer(cluster: str, verb: str, code: int, seconds: float) -> None:
     return None
 
@@ -61,6 +85,7 @@ class ClusterClient:
         self.name = name
         self.api = api
         self.settings = settings
+        _resolve_environment_once(api)
         self._limiter = AsyncLimiter(
             max_rate=settings.burst, time_period=settings.burst / settings.qps
         )

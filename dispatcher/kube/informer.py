@@ -12,6 +12,8 @@ The watch works in three layers, like kopf's:
 
 Handlers get `(event_type, object)` for every change, including the synthetic ones a
 relist finds; they must not block: the controllers only map them to keys and enqueue.
+A change this process made and `remember`ed is not emitted again when its watch event
+arrives: the controller that wrote it already acted on it.
 """
 
 from __future__ import annotations
@@ -231,6 +233,9 @@ class Informer:
         if event_type == DELETED:
             self.store.pop(key, None)
         else:
+            cached = self.store.get(key)
+            if cached is not None and _same_version(cached, obj):
+                return  # the echo of this process's own write, already `remember`ed
             self.store[key] = obj
         self._emit(event_type, obj)
 
@@ -240,6 +245,11 @@ def _trimmed(obj: JSON) -> JSON:
     often the largest part of an object: caches of many objects stay small."""
     obj.get("metadata", {}).pop("managedFields", None)
     return obj
+
+
+def _same_version(a: JSON, b: JSON) -> bool:
+    return bool(a["metadata"].get("resourceVersion")) and (
+        a["metadata"].get("resourceVersion") == b["metadata"].get("resourceVersion"))
 
 
 def _newer(a: JSON, b: JSON) -> bool:

@@ -30,6 +30,9 @@ class Metrics:
         self.dispatch_errors = Counter("dispatcher_dispatch_errors_total",
                                        "Mirror creations refused or failed.",
                                        ["worker", "reason"], registry=r)
+        self.reconciles = Counter("dispatcher_reconciles_total",
+                                  "Reconciles of a TrainJob by result (done, requeue, error).",
+                                  ["result"], registry=r)
         self.garbage_collected = Counter("dispatcher_mirrors_garbage_collected_total",
                                          "Orphan mirrors deleted.", ["worker"], registry=r)
         self.dispatch_latency = Histogram(

@@ -166,8 +166,17 @@ def trainjob_demand(
     job: Mapping[str, Any], runtime: Mapping[str, Any], *, mode: DemandMode = DemandMode.SUM
 ) -> Vector:
     """The resources `job` needs when run with `runtime` (both raw objects)."""
+    return demand_with_spec(job, parse_runtime(runtime), mode=mode)
+
+
+def demand_with_spec(
+    job: Mapping[str, Any],
+    spec: models.TrainerV1alpha1TrainingRuntimeSpec,
+    *,
+    mode: DemandMode = DemandMode.SUM,
+) -> Vector:
+    """`trainjob_demand` with the runtime already parsed (`parse_runtime`)."""
     parsed = parse_trainjob(job)
-    spec = parse_runtime(runtime)
     template = spec.template.spec if spec.template else None
     replicated_jobs = (template.replicated_jobs if template else None) or []
     if not replicated_jobs:
