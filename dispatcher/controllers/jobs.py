@@ -117,7 +117,7 @@ class JobsController(LeavingWorker):
         else:
             self._tombstones.pop((worker, key), None)
             self._status_seen.setdefault(key, time.monotonic())
-        self.queue.add(key)
+        self.queue.add(key, urgent=True)  # news about a running job: ahead of new jobs
 
     def on_runtime_event(self, event_type: str, obj: JSON) -> None:
         waiters, self._runtime_waiters = self._runtime_waiters, set()

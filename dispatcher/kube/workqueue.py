@@ -4,6 +4,8 @@ The semantics of client-go's work queue, without its locks:
 - a key added while queued is queued once;
 - a key added while being processed is marked dirty and processed once more after;
 - a delayed add keeps the earliest due time;
+- an *urgent* add (news about a running job, like a status change) goes ahead of the
+  ordinary ones, so a burst of new jobs does not hold up the running jobs' status;
 - `run_workers` runs at most one reconcile per key at a time, with N workers.
 
 The reconcile function returns a `Result`: `done()` forgets the key's backoff,
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -40,6 +43,7 @@ class Result:
 
 
 _DONE = Result()
+_URGENT, _ORDINARY, _NOT_QUEUED = 0, 1, 2
 Reconciler = Callable[[str], Awaitable[Result]]
 
 
@@ -54,10 +58,12 @@ class WorkQueue:
         backoff_max_seconds: float = 60.0,
     ) -> None:
         self.name = name
-        self._ready: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
+        self._ready: asyncio.PriorityQueue[tuple[int, int, str]] = asyncio.PriorityQueue()
+        self._sequence = itertools.count()
+        self._queued: dict[str, int] = {}
+        """Queued keys and the lane they wait in (0 urgent, 1 ordinary)."""
         self._processing: set[str] = set()
-        self._dirty: set[str] = set()
+        self._dirty: dict[str, int] = {}
         self._delayed: list[tuple[float, str]] = []
         self._due: dict[str, float] = {}
         self._failures: dict[str, int] = {}
@@ -68,14 +74,15 @@ class WorkQueue:
     def __len__(self) -> int:
         return len(self._queued) + len(self._due)
 
-    def add(self, key: str) -> None:
+    def add(self, key: str, *, urgent: bool = False) -> None:
+        lane = _URGENT if urgent else _ORDINARY
         if key in self._processing:
-            self._dirty.add(key)
+            self._dirty[key] = min(lane, self._dirty.get(key, lane))
             return
-        if key in self._queued:
+        if self._queued.get(key, _NOT_QUEUED) <= lane:
             return
-        self._queued.add(key)
-        self._ready.put_nowait(key)
+        self._queued[key] = lane  # an ordinary entry left behind is skipped when popped
+        self._ready.put_nowait((lane, next(self._sequence), key))
 
     def add_after(self, key: str, seconds: float) -> None:
         if seconds <= 0:
@@ -117,8 +124,10 @@ class WorkQueue:
 
     async def _worker(self, reconcile: Reconciler) -> None:
         while True:
-            key = await self._ready.get()
-            self._queued.discard(key)
+            lane, _, key = await self._ready.get()
+            if self._queued.get(key) != lane:
+                continue  # moved to the urgent lane, or already processed from it
+            del self._queued[key]
             self._processing.add(key)
             try:
                 result = await reconcile(key)
@@ -134,9 +143,9 @@ class WorkQueue:
                     self.add_after(key, result.requeue_after)
             finally:
                 self._processing.discard(key)
-                if key in self._dirty:
-                    self._dirty.discard(key)
-                    self.add(key)
+                dirty = self._dirty.pop(key, None)
+                if dirty is not None:
+                    self.add(key, urgent=dirty == _URGENT)
 
     async def run_workers(self, reconcile: Reconciler, *, workers: int) -> None:
         """Process keys with `workers` concurrent workers until cancelled."""

@@ -97,3 +97,47 @@ async def test_requeue_after_and_earliest_delay_wins() -> None:
     queue.add_after("late", 0.02)
     queue.add_after("late", 5)
     await _run_until(queue, reconcile, lambda: seen == ["late"])
+
+
+async def test_urgent_keys_go_ahead_of_ordinary_ones_and_each_runs_once() -> None:
+    queue = WorkQueue(name="t")
+    order: list[str] = []
+
+    async def reconcile(key: str) -> Result:
+        order.append(key)
+        return Result.done()
+
+    for index in range(5):
+        queue.add(f"new-{index}")
+    queue.add("status-1", urgent=True)
+    queue.add("new-3", urgent=True)  # already waiting: moves to the urgent lane
+    queue.add("status-1")  # already urgent: stays there
+    assert len(queue) == 6
+    await _run_until(queue, reconcile, lambda: len(order) >= 6, workers=1)
+    await asyncio.sleep(0.02)
+    assert order == ["status-1", "new-3", "new-0", "new-1", "new-2", "new-4"]
+    assert len(queue) == 0
+
+
+async def test_urgency_of_a_key_added_while_processing_is_kept() -> None:
+    queue = WorkQueue(name="t")
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def reconcile(key: str) -> Result:
+        order.append(key)
+        if len(order) == 1:
+            await release.wait()
+        return Result.done()
+
+    queue.add("running")
+    task = asyncio.create_task(queue.run_workers(reconcile, workers=1))
+    await asyncio.sleep(0.02)
+    queue.add("new")
+    queue.add("running", urgent=True)
+    release.set()
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert order == ["running", "running", "new"]
