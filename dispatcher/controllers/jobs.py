@@ -398,6 +398,7 @@ class JobsController(LeavingWorker):
         return await self._sync_status(job, worker, created)
 
     async def _sync_status(self, job: JSON, worker: WorkerConnection, mirror: JSON) -> Result:
+        news_seen = self._status_seen.pop(job_key(job), None)
         finished = self.kind.finished(mirror.get("status"))
         if finished is not None and self._retry_requested(job, finished):
             return await self._evict(job, worker.name, c.REASON_RETRYING_FAILURE,
@@ -415,7 +416,8 @@ class JobsController(LeavingWorker):
             return Result.done()
         dispatched = st.dispatched_condition(job, placed=True, reason=c.REASON_PLACED,
                                              message=f"running on worker {worker.name}")
-        await self._write_status(job, st.with_mirror(job, mirror_status, dispatched))
+        await self._write_status(job, st.with_mirror(job, mirror_status, dispatched),
+                                 news_seen=news_seen)
         return Result.done()
 
     def _retry_requested(self, job: JSON, finished: JSON) -> bool:
@@ -425,10 +427,11 @@ class JobsController(LeavingWorker):
         wanted = annotations_of(job).get(c.ANNOTATION_RETRY_ON_REASONS, "")
         return finished.get("reason") in {r.strip() for r in wanted.split(",") if r.strip()}
 
-    async def _write_status(self, job: JSON, desired: JSON) -> JSON:
-        key = job_key(job)
+    async def _write_status(self, job: JSON, desired: JSON, *,
+                            news_seen: float | None = None) -> JSON:
+        """Patch the manager status to `desired` if it differs; `news_seen` is when the
+        mirror change that led here was seen (for the status-sync latency)."""
         patch = st.status_patch(job, desired)
-        seen = self._status_seen.pop(key, None)
         if patch is None:
             return job
         metadata = job["metadata"]
@@ -441,8 +444,8 @@ class JobsController(LeavingWorker):
                 return job
             raise
         self.trainjobs.remember(updated)
-        if seen is not None:
-            self.metrics.status_sync_latency.observe(time.monotonic() - seen)
+        if news_seen is not None:
+            self.metrics.status_sync_latency.observe(time.monotonic() - news_seen)
         return updated
 
     def rebuild_ledger(self) -> int:

@@ -60,8 +60,10 @@ class LeavingWorker:
     _excluded: dict[str, dict[str, float]]
     _not_before: dict[str, float]
     _first_seen: dict[str, float]
+    _status_seen: dict[str, float]
 
-    async def _write_status(self, job: JSON, desired: JSON) -> JSON:
+    async def _write_status(self, job: JSON, desired: JSON, *,
+                            news_seen: float | None = None) -> JSON:
         raise NotImplementedError
 
     async def _delete_mirror(self, worker: WorkerConnection | None, job: JSON) -> bool:
@@ -249,4 +251,5 @@ class LeavingWorker:
         self._excluded.pop(uid, None)
         self._not_before.pop(uid, None)
         self._first_seen.pop(uid, None)
+        self._status_seen.pop(job_key(job), None)
 
