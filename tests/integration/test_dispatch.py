@@ -52,6 +52,15 @@ async def placed_mirror(clients: dict[str, ClusterClient], name: str, namespace:
     return result
 
 
+async def mirror_on(clients: dict[str, ClusterClient], worker: str, name: str,
+                    namespace: str) -> dict[str, Any]:
+    """Wait until `worker` has an object called `name`; return it."""
+    async def check() -> dict[str, Any] | None:
+        return await jobs_on(clients, worker).get(name, namespace=namespace)
+    found: dict[str, Any] = await eventually(check)
+    return found
+
+
 async def patch_mirror_status(clients: dict[str, ClusterClient], worker: str, name: str,
                               namespace: str, status: dict[str, Any]) -> None:
     await jobs_on(clients, worker).merge_patch(name, {"status": status}, namespace=namespace,
@@ -206,10 +215,7 @@ async def test_existing_object_on_a_worker_is_left_alone(
     manager = jobs_on(admin_clients, "manager")
     await manager.create(trainjob("contested", namespace, managed_by=MANAGED_BY_MULTIKUEUE),
                          namespace=namespace)
-
-    async def on_b() -> dict[str, Any] | None:
-        return await jobs_on(admin_clients, "worker-b").get("contested", namespace=namespace)
-    await eventually(on_b)
+    await mirror_on(admin_clients, "worker-b", "contested", namespace)
     still = await worker_a.get("contested", namespace=namespace)
     assert still is not None
     assert still["metadata"]["uid"] == squatter["metadata"]["uid"]
@@ -258,10 +264,7 @@ async def test_worker_that_rejects_the_mirror_leads_elsewhere_with_the_reason(
         manager = jobs_on(admin_clients, "manager")
         await manager.create(trainjob("picky", namespace, managed_by=MANAGED_BY_MULTIKUEUE),
                              namespace=namespace)
-
-        async def on_b() -> dict[str, Any] | None:
-            return await jobs_on(admin_clients, "worker-b").get("picky", namespace=namespace)
-        await eventually(on_b)
+        await mirror_on(admin_clients, "worker-b", "picky", namespace)
         events = await eventually(lambda: _events_with(admin_clients, namespace, "picky",
                                                        c.REASON_MIRROR_REJECTED))
         assert "not allowed here" in events[0]["note"]

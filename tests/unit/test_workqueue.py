@@ -4,22 +4,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator, Callable
 
-from dispatcher.kube.workqueue import Result, WorkQueue
+from dispatcher.kube.workqueue import Reconciler, Result, WorkQueue
 
 
-async def _run_until(queue: WorkQueue, reconcile, condition, *, workers: int = 4) -> None:  # type: ignore[no-untyped-def]
+@contextlib.asynccontextmanager
+async def _running(queue: WorkQueue, reconcile: Reconciler, *, workers: int
+                   ) -> AsyncIterator[None]:
+    """The queue's workers, running for the duration of the block."""
     task = asyncio.create_task(queue.run_workers(reconcile, workers=workers))
     try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _run_until(queue: WorkQueue, reconcile: Reconciler,
+                     condition: Callable[[], bool], *, workers: int = 4) -> None:
+    async with _running(queue, reconcile, workers=workers):
         for _ in range(200):
             if condition():
                 return
             await asyncio.sleep(0.01)
         raise AssertionError("condition not reached")
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def test_burst_of_adds_is_processed_once() -> None:
@@ -56,15 +66,12 @@ async def test_key_added_while_processing_runs_once_more_never_concurrently() ->
         return Result.done()
 
     queue.add("k")
-    task = asyncio.create_task(queue.run_workers(reconcile, workers=4))
-    await asyncio.sleep(0.02)
-    for _ in range(5):
-        queue.add("k")
-    release.set()
-    await asyncio.sleep(0.05)
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    async with _running(queue, reconcile, workers=4):
+        await asyncio.sleep(0.02)
+        for _ in range(5):
+            queue.add("k")
+        release.set()
+        await asyncio.sleep(0.05)
     assert calls == 2
     assert max_running == 1
 
@@ -131,13 +138,10 @@ async def test_urgency_of_a_key_added_while_processing_is_kept() -> None:
         return Result.done()
 
     queue.add("running")
-    task = asyncio.create_task(queue.run_workers(reconcile, workers=1))
-    await asyncio.sleep(0.02)
-    queue.add("new")
-    queue.add("running", urgent=True)
-    release.set()
-    await asyncio.sleep(0.05)
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    async with _running(queue, reconcile, workers=1):
+        await asyncio.sleep(0.02)
+        queue.add("new")
+        queue.add("running", urgent=True)
+        release.set()
+        await asyncio.sleep(0.05)
     assert order == ["running", "running", "new"]
