@@ -2,7 +2,10 @@
 
 The watch works in three layers, like kopf's:
 1. `run()` keeps it alive forever: on any failure it reports the error, waits with
-   exponential backoff (tenacity's wait policy) and starts over.
+   exponential backoff (tenacity's wait policy) and starts over. As in client-go's
+   reflector, the backoff starts again from its first step once a watch has been up
+   for `backoff_reset_seconds`: one hiccup after a quiet day waits half a second, not
+   the maximum.
 2. `_list_then_watch()` lists everything (paginated), replaces the cache, emits the
    differences, then watches from the list's resourceVersion. "410 Gone" (an expired
    resourceVersion) ends the watch and forces a relist.
@@ -22,6 +25,7 @@ import asyncio
 import json
 import logging
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +64,7 @@ class InformerSettings:
     page_size: int = 500
     backoff_initial_seconds: float = 0.5
     backoff_max_seconds: float = 30.0
+    backoff_reset_seconds: float = 60.0
 
 
 class Informer:
@@ -86,6 +91,9 @@ class Informer:
         self._handlers: list[EventHandler] = []
         self._on_connection = on_connection
         self._resource_version = ""
+        self._backoff = Backoff(initial=self.settings.backoff_initial_seconds,
+                                maximum=self.settings.backoff_max_seconds,
+                                reset_after=self.settings.backoff_reset_seconds)
 
     def add_handler(self, handler: EventHandler) -> None:
         self._handlers.append(handler)
@@ -121,25 +129,19 @@ class Informer:
 
     async def run(self) -> None:
         """List and watch until cancelled; never raises except CancelledError."""
-        wait = wait_exponential_jitter(
-            initial=self.settings.backoff_initial_seconds, max=self.settings.backoff_max_seconds
-        )
-        attempt = 0
         while True:
             try:
                 await self._list_then_watch()
-                attempt = 0
             except asyncio.CancelledError:
                 raise
             except ResourceVersionExpired:
                 log.info("%s: resourceVersion expired, relisting", self.name)
-                attempt = 0
+                self._backoff.reset()
                 continue
             except Exception as error:
-                attempt += 1
                 self.restarts += 1
                 self._report(error)
-                delay = wait(_RetryState(attempt))  # type: ignore[arg-type]
+                delay = self._backoff.failed(time.monotonic())
                 log.warning("%s: watch failed (%s), retrying in %.1fs",
                             self.name, _describe(error), delay)
                 await asyncio.sleep(delay)
@@ -209,6 +211,7 @@ class Informer:
             if status_of(error) == 410:
                 raise ResourceVersionExpired from error
             raise
+        self._backoff.up(time.monotonic())
         try:
             async for line in response.content:
                 if line.strip():
@@ -258,6 +261,33 @@ def _newer(a: JSON, b: JSON) -> bool:
         return int(a["metadata"]["resourceVersion"]) >= int(b["metadata"]["resourceVersion"])
     except (KeyError, ValueError):
         return True
+
+
+class Backoff:
+    """Exponential backoff with jitter whose count starts over after `reset_after`
+    seconds without failure (measured from when the connection was last up)."""
+
+    def __init__(self, *, initial: float, maximum: float, reset_after: float) -> None:
+        self._wait = wait_exponential_jitter(initial=initial, max=maximum)
+        self._reset_after = reset_after
+        self._attempt = 0
+        self._up_since: float | None = None
+
+    def up(self, now: float) -> None:
+        """The connection works (again)."""
+        if self._up_since is None:
+            self._up_since = now
+
+    def failed(self, now: float) -> float:
+        """Seconds to wait before the next attempt."""
+        if self._up_since is not None and now - self._up_since >= self._reset_after:
+            self._attempt = 0
+        self._up_since = None
+        self._attempt += 1
+        return float(self._wait(_RetryState(self._attempt)))  # type: ignore[arg-type]
+
+    def reset(self) -> None:
+        self._attempt = 0
 
 
 @dataclass
