@@ -26,8 +26,7 @@ from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.kubeconfig import KubeconfigError, parse_kubeconfig
 from dispatcher.kube.resource import Resource, message_of, status_of
-from dispatcher.placement.quantity import QuantityError
-from dispatcher.placement.resources import parse_vector
+from dispatcher.placement.validation import DemandError, checked_quantities
 
 
 class AdminError(Exception):
@@ -102,9 +101,9 @@ async def cluster_add(manager: ClusterClient, *, name: str, kubeconfig_file: Pat
                       namespace: str, allow_insecure: bool, console: Console) -> int:
     quota_map = parse_pairs(quota, "--quota")
     try:
-        parse_vector(quota_map)
-    except QuantityError as error:
-        raise AdminError(f"--quota: {error}") from None
+        checked_quantities(quota_map, path="--quota")
+    except DemandError as error:
+        raise AdminError(str(error)) from None
     kubeconfig = await checked_kubeconfig(kubeconfig_file, allow_insecure=allow_insecure)
     await register_worker(manager, namespace=namespace, name=name, kubeconfig=kubeconfig,
                           quota=quota_map, labels=parse_pairs(labels, "--label"),

@@ -46,6 +46,14 @@ def _runs(mirror: dict[str, Any] | None) -> bool:
     return any(js.get("active") or js.get("ready") for js in status.get("jobsStatus") or [])
 
 
+def _unavailable(worker: WorkerConnection) -> str:
+    if worker.spec.drain:
+        return "draining"
+    if not worker.usable():
+        return f"{worker.reason}: {worker.message}"
+    return "" if worker.collected else "collecting stale mirrors"
+
+
 class Dispatcher:
     """One dispatcher process; `run()` until cancelled."""
 
@@ -97,6 +105,7 @@ class Dispatcher:
                 used=self._used_on(worker),
                 labels=spec.labels, active=worker.usable() and worker.collected,
                 cordoned=spec.cordoned or spec.drain,
+                unavailable=_unavailable(worker),
             ))
         return views
 
@@ -168,6 +177,9 @@ class Dispatcher:
             if worker.mirrors is not None:
                 m.watch_restarts.labels(worker.name).set(worker.mirrors.restarts)
         m.queue_depth.set(len(self.jobs.queue))
+        m.jobs_by_reason.clear()
+        for reason, count in self.jobs.reasons().items():
+            m.jobs_by_reason.labels(reason).set(count)
 
     async def _gauges(self) -> None:
         while True:

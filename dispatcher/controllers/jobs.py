@@ -14,6 +14,7 @@ Events from both the manager's and the workers' watches only enqueue keys.
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from fractions import Fraction
@@ -40,14 +41,16 @@ from dispatcher.observability.metrics import Metrics
 from dispatcher.placement import resources
 from dispatcher.placement.demand import DemandError, demand_with_spec, parse_runtime
 from dispatcher.placement.ledger import Booking, Ledger
-from dispatcher.placement.quantity import QuantityError
 from dispatcher.placement.scheduler import Decision, PendingJob
 from dispatcher.placement.selector import SelectorError, parse_selector
+from dispatcher.placement.validation import checked_vector_text
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 _REJECTION_CODES = {400, 403, 404, 409, 422}
 _PRIORITY_CACHE_SECONDS = 30.0
+REASON_NEW = "New"
+"""The metric's label for claimed jobs that have no Dispatched condition yet."""
 RuntimeSpec: TypeAlias = models.TrainerV1alpha1TrainingRuntimeSpec
 
 
@@ -145,6 +148,15 @@ class JobsController(LeavingWorker):
             return False
         return self._claim_selector(metadata.get("labels") or {})
 
+    def reasons(self) -> collections.Counter[str]:
+        """Claimed, unfinished jobs by their Dispatched reason, from the cache."""
+        counts: collections.Counter[str] = collections.Counter()
+        for job in self.trainjobs.store.values():
+            if self.claimed(job) and self.kind.finished(job.get("status")) is None:
+                dispatched = condition(job.get("status"), c.CONDITION_DISPATCHED) or {}
+                counts[dispatched.get("reason") or REASON_NEW] += 1
+        return counts
+
     # ----- reconcile -----
 
     async def reconcile(self, key: str) -> Result:
@@ -169,9 +181,15 @@ class JobsController(LeavingWorker):
             return self.runtimes.get(f"{job['metadata']['namespace']}/{ref.get('name')}")
         return self.cluster_runtimes.get(str(ref.get("name")))
 
-    async def _set_waiting(self, job: JSON, reason: str, message: str) -> None:
+    async def _set_waiting(self, job: JSON, reason: str, message: str, *,
+                           warn: bool = False) -> None:
+        """Dispatched=False with `reason`; with `warn`, a Warning event when it is news."""
+        previous = condition(job.get("status"), c.CONDITION_DISPATCHED) or {}
         dispatched = st.dispatched_condition(job, placed=False, reason=reason, message=message)
         await self._write_status(job, st.without_mirror(job, dispatched))
+        if warn and (previous.get("reason"), previous.get("message")) != (
+                reason, dispatched["message"]):
+            self.events.record(job, reason=reason, message=message, warning=True)
 
     def _demand(self, job: JSON, runtime: JSON) -> dict[str, Fraction]:
         uid = job["metadata"]["uid"]
@@ -179,8 +197,10 @@ class JobsController(LeavingWorker):
         cached = self._demands.get(uid)
         if cached and cached[0] == generation:
             return cached[1]
+        runtime_name = f"{runtime.get('kind')} {runtime['metadata']['name']!r}"
         demand = demand_with_spec(job, self._runtime_spec(runtime),
-                                  mode=self.config.placement.demand_mode)
+                                  mode=self.config.placement.demand_mode,
+                                  runtime_name=runtime_name)
         self._demands[uid] = (generation, demand)
         return demand
 
@@ -218,6 +238,11 @@ class JobsController(LeavingWorker):
                        priority: int) -> PendingJob:
         uid = job["metadata"]["uid"]
         selector_text = annotations_of(job).get(c.ANNOTATION_CLUSTER_SELECTOR, "")
+        try:
+            selector = parse_selector(selector_text)
+        except SelectorError as error:
+            raise DemandError(f"annotation {c.ANNOTATION_CLUSTER_SELECTOR}: {error}",
+                              reason=c.REASON_INVALID_CLUSTER_SELECTOR) from None
         now = time.monotonic()
         excluded = frozenset(w for w, until in self._excluded.get(uid, {}).items() if until > now)
         return PendingJob(
@@ -226,7 +251,7 @@ class JobsController(LeavingWorker):
             demand=demand,
             priority=priority,
             created=job["metadata"].get("creationTimestamp", ""),
-            selector=parse_selector(selector_text),
+            selector=selector,
             excluded=excluded,
         )
 
@@ -248,9 +273,9 @@ class JobsController(LeavingWorker):
         try:
             demand = self._demand(job, runtime)
             entry = self._pending_entry(job, demand, await self._priority(job))
-        except (DemandError, QuantityError, SelectorError) as error:
+        except DemandError as error:
             self.scheduling.withdraw(uid)
-            await self._set_waiting(job, c.REASON_UNSCHEDULABLE, f"cannot size the job: {error}")
+            await self._set_waiting(job, error.reason, f"not dispatched: {error}", warn=True)
             return Result.done()
         delay = self._not_before.get(uid, 0) - time.monotonic()
         if delay > 0:
@@ -333,11 +358,24 @@ class JobsController(LeavingWorker):
         booking = self.ledger.get(uid)
         if booking is not None and booking.worker == worker:
             return
+        self.ledger.book(Booking(uid, job_key(job), worker, self._booked_demand(job)))
+
+    def _booked_demand(self, job: JSON) -> dict[str, Fraction]:
+        """What a placed job holds: its demand annotation, but never less than what the
+        job needs now, so an edited or broken annotation cannot book less than runs."""
+        text = annotations_of(job).get(c.ANNOTATION_DEMAND, "")
         try:
-            demand = resources.parse_vector_text(annotations_of(job).get(c.ANNOTATION_DEMAND, ""))
-        except QuantityError:
-            demand = {}
-        self.ledger.book(Booking(uid, job_key(job), worker, demand))
+            recorded = checked_vector_text(text, path=f"annotation {c.ANNOTATION_DEMAND}")
+        except DemandError as error:
+            log.warning("%s: %s; booking its demand as computed now", job_key(job), error,
+                        extra={"job": job_key(job)})
+            recorded = {}
+        runtime = self._runtime(job)
+        try:
+            computed = self._demand(job, runtime) if runtime is not None else {}
+        except DemandError:
+            computed = {}
+        return resources.maximum([recorded, computed])
 
     async def _wait_for_worker(self, job: JSON, worker: WorkerConnection) -> Result:
         timeout = self.config.workers.lost_timeout_seconds

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 
 from dispatcher.api import constants as c
-from dispatcher.placement.ledger import Booking, Ledger
+from dispatcher.placement.ledger import Booking, Ledger, LedgerError
 from dispatcher.placement.options import PlacementPolicy, QueueingStrategy
 from dispatcher.placement.scheduler import Decision, PendingJob, WorkerView, schedule
 
@@ -72,13 +72,19 @@ class SchedulingLoop:
         if not self.pending:
             return
         views = self._workers()
+        quotas = {view.name: view.quota for view in views}
         for decision in schedule(self.pending.values(), views,
                                  policy=self._policy, strategy=self._strategy):
             job = self.pending[decision.uid]
             if decision.worker is not None:
+                try:
+                    self.ledger.book(Booking(job.uid, job.key, decision.worker, job.demand),
+                                     quota=quotas[decision.worker])
+                except LedgerError:
+                    log.exception("refused a placement that breaks the ledger's invariants")
+                    continue
                 del self.pending[decision.uid]
                 self.decisions.pop(decision.uid, None)
-                self.ledger.book(Booking(job.uid, job.key, decision.worker, job.demand))
                 self.reservations[job.uid] = decision.worker
                 self._on_decision(decision)
                 continue

@@ -32,7 +32,8 @@ from dispatcher.kube.kubeconfig import KubeconfigError, parse_kubeconfig
 from dispatcher.placement import resources
 from dispatcher.placement.ledger import Ledger
 from dispatcher.placement.live_quota import effective_quota, effective_used
-from dispatcher.placement.quantity import QuantityError, format_quantity
+from dispatcher.placement.quantity import format_quantity
+from dispatcher.placement.validation import DemandError, checked_quantities
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -43,9 +44,9 @@ def _parse_quota(raw: dict[str, Any] | None) -> tuple[dict[str, Any] | None, Con
     if not raw:
         return None, None
     try:
-        return resources.parse_vector(raw), None
-    except QuantityError as error:
-        return None, ConfigProblem(c.REASON_BAD_QUOTA, f"quota cannot be parsed: {error}")
+        return checked_quantities(raw, path="spec.quota"), None
+    except DemandError as error:
+        return None, ConfigProblem(c.REASON_BAD_QUOTA, f"quota cannot be used: {error}")
 
 
 def _kubeconfig(text: str | bytes, *, allow_insecure: bool) -> tuple[JSON | None,

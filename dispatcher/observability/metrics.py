@@ -20,6 +20,11 @@ class Metrics:
         self.jobs = Gauge("dispatcher_jobs", "Claimed TrainJobs by state (pending, placed, "
                           "running, finished) and worker ('' while pending).",
                           ["state", "worker"], registry=r)
+        self.jobs_by_reason = Gauge(
+            "dispatcher_jobs_by_reason",
+            "Claimed, unfinished TrainJobs by the reason of their Dispatched condition "
+            "(Placed, WaitingForQuota, Unschedulable, InvalidResources, ...; New before "
+            "the first decision).", ["reason"], registry=r)
         self.placements = Counter("dispatcher_placements_total",
                                   "Jobs placed on a worker.", ["worker"], registry=r)
         self.evictions = Counter("dispatcher_evictions_total",

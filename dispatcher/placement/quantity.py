@@ -3,6 +3,10 @@
 Quantities parse to `fractions.Fraction`, so sums and differences are exact: no float
 ever rounds a CPU or memory amount. `format_quantity` prints a value back in the most
 natural Kubernetes form.
+
+Parsing is bounded so that no text can make it slow or huge: at most 64 characters and
+an exponent of at most 64 either way (Kubernetes itself keeps quantities within int64
+base units; `placement.validation` decides what size is sane).
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ _PATTERN = re.compile(
 )
 
 
+MAX_TEXT_LENGTH = 64
+MAX_EXPONENT = 64
+
+
 class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
 
@@ -33,6 +41,9 @@ def parse_quantity(value: str | int | float) -> Fraction:
     if isinstance(value, int):
         return Fraction(value)
     text = repr(value) if isinstance(value, float) else str(value).strip()
+    if len(text) > MAX_TEXT_LENGTH:
+        raise QuantityError(f"not a quantity: {text[:MAX_TEXT_LENGTH]!r}... "
+                            f"(longer than {MAX_TEXT_LENGTH} characters)")
     match = _PATTERN.match(text)
     if not match:
         raise QuantityError(f"not a quantity: {value!r}")
@@ -43,6 +54,8 @@ def parse_quantity(value: str | int | float) -> Fraction:
         return number * _BINARY[match["binary"]]
     if match["exp"]:
         exponent = int(match["exp"][1:])
+        if abs(exponent) > MAX_EXPONENT:
+            raise QuantityError(f"not a quantity: {value!r} (exponent beyond {MAX_EXPONENT})")
         return number * Fraction(10) ** exponent
     return number * _DECIMAL[match["decimal"] or ""]
 

@@ -7,10 +7,17 @@ rejected the job recently). Among those, the policy chooses: `MostFree` (the lar
 smallest-free-share across the demanded resources) or `BestFit` (the smallest such
 share left after placing); ties go to the worker name in sorting order.
 
-A job that exceeds every eligible worker's *total* quota is `Unschedulable` at once. With
-`StrictFIFO`, the first job that waits for quota makes every later job wait behind it;
-with `BestEffortFIFO` later jobs that fit are placed. Every decision carries a message a
-person can read ("no worker has 4 nvidia.com/gpu free; best: worker-a with 2").
+Three ways to wait are told apart, each with a message a person can read:
+- never fits (`Unschedulable`): the demand exceeds the *total* quota of every eligible
+  worker, active or not, or needs a resource none of them offers ("needs 100000 cpu; the
+  largest worker, worker-0, has 64 in total");
+- waits for a worker (`NoActiveWorker`): only workers that are inactive or cordoned could
+  ever hold it; the message names them and why;
+- waits for quota (`WaitingForQuota`): an active worker could hold it once it frees up
+  ("no worker has 4 nvidia.com/gpu free; best: worker-a with 2").
+Jobs stay pending in every case, so each pass (run when workers or quotas change)
+decides again. With `StrictFIFO`, the first job that waits for quota makes every later
+job wait behind it; with `BestEffortFIFO` later jobs that fit are placed.
 """
 
 from __future__ import annotations
@@ -56,6 +63,8 @@ class WorkerView:
     labels: Mapping[str, str] = field(default_factory=dict)
     active: bool = True
     cordoned: bool = False
+    unavailable: str = ""
+    """Why the worker takes no new jobs now, when it does not ("BadKubeconfig: ...")."""
 
     def free(self) -> dict[str, Fraction] | None:
         return None if self.quota is None else resources.remaining(self.quota, self.used)
@@ -93,6 +102,42 @@ def _choose(job: PendingJob, candidates: list[WorkerView], policy: PlacementPoli
     return min(candidates, key=score)
 
 
+_MAX_NAMED_WORKERS = 5
+
+
+def _named(parts: list[str]) -> str:
+    shown = "; ".join(parts[:_MAX_NAMED_WORKERS])
+    more = len(parts) - _MAX_NAMED_WORKERS
+    return f"{shown}; and {more} more" if more > 0 else shown
+
+
+def _never_fits_message(demand: Mapping[str, Fraction], workers: list[WorkerView]) -> str:
+    """Why no eligible worker can ever hold `demand` (every one has a quota here)."""
+    for name, needed in sorted(demand.items()):
+        totals = [(w.quota.get(name, Fraction(0)), w.name) for w in workers
+                  if w.quota is not None and not (name == resources.PODS and name not in w.quota)]
+        if needed <= 0 or len(totals) < len(workers):
+            continue
+        largest, holder = min(totals, key=lambda t: (-t[0], t[1]))
+        if needed <= largest:
+            continue
+        wanted = f"needs {format_quantity(needed)} {name}"
+        if largest == 0:
+            return f"{wanted}; no matching worker offers {name}"
+        which = "the only matching worker" if len(workers) == 1 else "the largest worker"
+        return f"{wanted}; {which}, {holder}, has {format_quantity(largest)} in total"
+    lacks = [f"{w.name} lacks {s.resource} ({format_quantity(s.needed)} needed, "
+             f"{format_quantity(s.available)} in total)"
+             for w in workers for s in resources.shortfalls(demand, w.quota)[:1]]
+    return f"no matching worker has all it needs in total: {_named(lacks)}"
+
+
+def _no_active_worker_message(workers: list[WorkerView]) -> str:
+    named = [f"{w.name} ({'cordoned' if w.cordoned else w.unavailable or 'inactive'})"
+             for w in workers]
+    return f"only workers that are not active could hold it: {_named(named)}"
+
+
 def _waiting_message(job: PendingJob, workers: list[WorkerView]) -> str:
     best: tuple[int, str, str] | None = None
     for worker in workers:
@@ -122,27 +167,22 @@ def schedule(
     waiting = 0
     for job in sorted(pending, key=PendingJob.order):
         eligible = [w for w in views if job.selector(w.labels) and w.name not in job.excluded]
-        usable = [w for w in eligible if w.active and not w.cordoned]
         if not eligible:
             reason = c.REASON_UNSCHEDULABLE
             message = ("no worker matches the job's cluster selector" if not job.excluded
                        else "every matching worker rejected the job")
             decisions.append(Decision(job.key, job.uid, None, reason, message))
             continue
+        holders = [w for w in eligible if resources.fits(job.demand, w.quota)]
+        if not holders:
+            decisions.append(Decision(job.key, job.uid, None, c.REASON_UNSCHEDULABLE,
+                                      _never_fits_message(job.demand, eligible)))
+            continue
+        usable = [w for w in holders if w.active and not w.cordoned]
         if not usable:
             waiting += 1
             decisions.append(Decision(job.key, job.uid, None, c.REASON_NO_ACTIVE_WORKER,
-                                      "no matching worker is active and uncordoned",
-                                      waiting))
-            continue
-        if not any(resources.fits(job.demand, w.quota) for w in eligible):
-            details = "; ".join(
-                f"{w.name}: {resources.shortfalls(job.demand, w.quota)[0].describe()}"
-                .replace(" free", " in total")
-                for w in eligible
-            )
-            decisions.append(Decision(job.key, job.uid, None, c.REASON_UNSCHEDULABLE,
-                                      f"larger than every worker's quota ({details})"))
+                                      _no_active_worker_message(holders), waiting))
             continue
         fitting = [w for w in usable if resources.fits(job.demand, w.free())]
         if blocked_by is not None or not fitting:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
@@ -36,10 +37,19 @@ async def annotations_of(clients: dict[str, ClusterClient], namespace: str,
 
 async def create(clients: dict[str, ClusterClient], namespace: str, names: list[str],
                  **kwargs: Any) -> None:
+    """Create TrainJobs on the manager; a 429 (its storage still re-initializing after a
+    restart, which reads may not show yet) is retried for a while."""
     jobs = Resource(clients["manager"], TRAINJOBS)
     for name in names:
-        await jobs.create(trainjob(name, namespace, managed_by=MANAGED_BY_MULTIKUEUE, **kwargs),
-                          namespace=namespace)
+        body = trainjob(name, namespace, managed_by=MANAGED_BY_MULTIKUEUE, **kwargs)
+        for attempt in range(60):
+            try:
+                await jobs.create(body, namespace=namespace)
+                break
+            except ApiException as error:
+                if error.status != 429 or attempt == 59:
+                    raise
+                await asyncio.sleep(0.5)
 
 
 async def assert_invariants(clients: dict[str, ClusterClient], namespace: str) -> None:

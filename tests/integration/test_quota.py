@@ -127,7 +127,7 @@ async def test_unschedulable_job_says_so_at_once(
                       resources_per_node={"requests": {"cpu": "10"}})
     reason = await eventually(lambda: _waiting_reason(admin_clients, namespace, "huge"))
     assert reason["reason"] == c.REASON_UNSCHEDULABLE
-    assert "20 cpu needed" in reason["message"]
+    assert reason["message"] == "needs 20 cpu; the largest worker, worker-b, has 8 in total"
     assert await mirror_counts(admin_clients, namespace) == {"worker-a": 0, "worker-b": 0}
 
 

@@ -57,7 +57,7 @@ def test_ties_go_to_the_first_name() -> None:
 def test_too_big_for_every_quota_is_unschedulable_and_says_so() -> None:
     decision = schedule([job("j1", 32)], [worker("a", 8), worker("b", 16)])[0]
     assert decision.reason == c.REASON_UNSCHEDULABLE
-    assert "32 cpu needed" in decision.message
+    assert decision.message == "needs 32 cpu; the largest worker, b, has 16 in total"
 
 
 def test_waiting_message_names_the_best_worker() -> None:
@@ -113,3 +113,89 @@ def test_a_pass_never_exceeds_any_quota(demands: list[int], capacities: list[int
             if decision.worker is None:
                 assert not any(fits(p.demand, remaining(w.quota or {}, used[w.name]))
                                for w in workers)
+
+
+def gpu_worker(name: str, cpu: int, gpus: int = 0, **kw: object) -> WorkerView:
+    quota = {"cpu": Fraction(cpu)} | ({"nvidia.com/gpu": Fraction(gpus)} if gpus else {})
+    return WorkerView(name=name, quota=quota, **kw)  # type: ignore[arg-type]
+
+
+def test_never_fits_names_the_largest_worker_even_beside_broken_unlimited_ones() -> None:
+    broken = [WorkerView(name="x-broken", quota=None, active=False,
+                         unavailable="BadKubeconfig: no clusters")]
+    healthy = [worker("w0", 64), worker("w1", 64), worker("w2", 32)]
+    [decision] = schedule([job("j1", 100000)], healthy)
+    assert decision.reason == c.REASON_UNSCHEDULABLE
+    assert decision.message == "needs 100000 cpu; the largest worker, w0, has 64 in total"
+    # Only the broken (unlimited if ever fixed) worker could hold it: it waits for that one.
+    [decision] = schedule([job("j1", 100000)], healthy + broken)
+    assert decision.reason == c.REASON_NO_ACTIVE_WORKER
+    assert decision.message == ("only workers that are not active could hold it: "
+                                "x-broken (BadKubeconfig: no clusters)")
+    assert "w0" not in decision.message
+
+
+def test_a_resource_no_worker_offers_is_unschedulable() -> None:
+    fpga = PendingJob(key="ns/f", uid="f", demand={"cpu": Fraction(1),
+                                                   "example.com/fpga": Fraction(1)})
+    [decision] = schedule([fpga], [gpu_worker("a", 8, gpus=4), worker("b", 8)])
+    assert decision.reason == c.REASON_UNSCHEDULABLE
+    assert decision.message == ("needs 1 example.com/fpga; "
+                                "no matching worker offers example.com/fpga")
+
+
+def test_only_worker_and_combination_that_no_single_worker_has() -> None:
+    [only] = schedule([job("j1", 9)], [worker("a", 8)])
+    assert only.message == "needs 9 cpu; the only matching worker, a, has 8 in total"
+    both = PendingJob(key="ns/b", uid="b", demand={"cpu": Fraction(8),
+                                                   "nvidia.com/gpu": Fraction(2)})
+    [decision] = schedule([both], [gpu_worker("cpu-box", 16, gpus=1),
+                                   gpu_worker("gpu-box", 4, gpus=8)])
+    assert decision.reason == c.REASON_UNSCHEDULABLE
+    assert decision.message.startswith("no matching worker has all it needs in total: ")
+    assert "cpu-box lacks nvidia.com/gpu (2 needed, 1 in total)" in decision.message
+    assert "gpu-box lacks cpu (8 needed, 4 in total)" in decision.message
+
+
+def test_a_big_enough_worker_that_is_down_or_cordoned_is_waited_for_by_name() -> None:
+    workers = [worker("small", 8), worker("big", 128, active=False,
+                                          unavailable="Unreachable: timeout"),
+               worker("huge", 256, cordoned=True)]
+    [decision] = schedule([job("j1", 100)], workers)
+    assert decision.reason == c.REASON_NO_ACTIVE_WORKER
+    assert decision.message == ("only workers that are not active could hold it: "
+                                "big (Unreachable: timeout); huge (cordoned)")
+    assert decision.position == 1
+    # The moment the big worker is usable again, the same job is placed there.
+    workers[1] = worker("big", 128)
+    [decision] = schedule([job("j1", 100)], workers)
+    assert decision.worker == "big"
+
+
+def test_waiting_for_quota_only_mentions_workers_that_could_hold_it() -> None:
+    workers = [worker("tiny", 2), worker("big", 64, used=60)]
+    [decision] = schedule([job("j1", 16)], workers)
+    assert decision.reason == c.REASON_WAITING_FOR_QUOTA
+    assert decision.message == "no worker has 16 cpu free; best: big with 4"
+
+
+@given(
+    demand=st.integers(min_value=0, max_value=300),
+    workers=st.lists(st.tuples(st.integers(min_value=0, max_value=200), st.booleans(),
+                               st.integers(min_value=0, max_value=200)),
+                     min_size=1, max_size=5),
+)
+def test_reason_is_never_fits_iff_no_worker_could_ever_hold_it(
+        demand: int, workers: list[tuple[int, bool, int]]) -> None:
+    views = [worker(f"w{i}", cap, used=min(used, cap), active=active)
+             for i, (cap, active, used) in enumerate(workers)]
+    [decision] = schedule([job("j1", demand)], views)
+    could_hold = [v for v in views if fits({"cpu": Fraction(demand)}, v.quota)]
+    if not could_hold:
+        assert decision.reason == c.REASON_UNSCHEDULABLE
+    elif not any(v.active for v in could_hold):
+        assert decision.reason == c.REASON_NO_ACTIVE_WORKER
+    else:
+        assert decision.reason in (c.REASON_PLACED, c.REASON_WAITING_FOR_QUOTA)
+        if decision.worker is not None:
+            assert decision.worker in {v.name for v in could_hold if v.active}
