@@ -12,18 +12,18 @@ import asyncio
 import logging
 import socket
 import uuid
-from fractions import Fraction
 from typing import Any
 
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES
 from dispatcher.api.workercluster import WORKER_CLUSTERS
+from dispatcher.clock import Clock, SystemClock
 from dispatcher.config import DispatcherConfig
 from dispatcher.controllers.gc import GarbageCollector
 from dispatcher.controllers.jobs import JobsController
 from dispatcher.controllers.scheduling import SchedulingLoop
-from dispatcher.controllers.trainjob_kind import TrainJobKind
 from dispatcher.controllers.workerclusters import WorkerClustersController
 from dispatcher.controllers.workers import ConnectionOptions, WorkerConnection, WorkerRegistry
+from dispatcher.kinds.trainjob import CLUSTER_RUNTIME, NAMESPACED_RUNTIME, TrainJobKind
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.informer import Informer, InformerSettings
 from dispatcher.kube.leader import lead
@@ -33,17 +33,14 @@ from dispatcher.observability.events import EventRecorder
 from dispatcher.observability.metrics import Metrics
 from dispatcher.observability.server import HealthServer
 from dispatcher.placement import resources
+from dispatcher.placement.capacity import Capacity, capacity
 from dispatcher.placement.ledger import Ledger
-from dispatcher.placement.live_quota import effective_quota, effective_used
 from dispatcher.placement.scheduler import Decision, WorkerView
+from dispatcher.supervision import TaskOwner, guarded
 
 log = logging.getLogger(__name__)
 _GAUGE_INTERVAL_SECONDS = 2.0
-
-
-def _runs(mirror: dict[str, Any] | None) -> bool:
-    status = (mirror or {}).get("status") or {}
-    return any(js.get("active") or js.get("ready") for js in status.get("jobsStatus") or [])
+_RESTART_SECONDS = 1.0
 
 
 def _unavailable(worker: WorkerConnection) -> str:
@@ -59,8 +56,10 @@ class Dispatcher:
 
     def __init__(self, config: DispatcherConfig, *,
                  manager_kubeconfig: dict[str, Any] | None = None,
-                 instance: str | None = None) -> None:
+                 instance: str | None = None, clock: Clock | None = None) -> None:
         self.config = config
+        self.clock = clock or SystemClock()
+        self.kind = TrainJobKind()
         self.instance = instance or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.metrics = Metrics()
         self.ready = asyncio.Event()
@@ -73,6 +72,8 @@ class Dispatcher:
         self._gc: GarbageCollector | None = None
         self._worker_clusters: WorkerClustersController | None = None
         self._scheduling: SchedulingLoop | None = None
+        self._tasks = TaskOwner()
+        """Tasks started from callbacks: garbage collection of a (re)connected worker."""
 
     async def _manager_client(self) -> ClusterClient:
         settings = self._client_settings()
@@ -94,31 +95,29 @@ class Dispatcher:
         cfg = self.config.client
         return ClientSettings(qps=cfg.qps, burst=cfg.burst, timeout_seconds=cfg.timeout_seconds)
 
+    def capacity_of(self, worker: WorkerConnection) -> Capacity:
+        """The worker's quota, what we and others use of it, and what is free."""
+        bookings = self.ledger.jobs_on(worker.name)
+        running = resources.add(*(
+            booking.demand for booking in bookings
+            if worker.mirrors is not None and self.kind.running(worker.mirrors.get(booking.key))
+        ))
+        return capacity(declared=worker.spec.quota, live_quota=worker.live_quota,
+                        live_used=worker.live_used, booked=self.ledger.used(worker.name),
+                        booked_running=running)
+
     def _worker_views(self) -> list[WorkerView]:
         assert self.registry is not None
         views = []
         for worker in self.registry.workers.values():
             spec = worker.spec
+            room = self.capacity_of(worker)
             views.append(WorkerView(
-                name=worker.name,
-                quota=effective_quota(spec.quota, worker.live_quota),
-                used=self._used_on(worker),
-                labels=spec.labels, active=worker.usable() and worker.collected,
-                cordoned=spec.cordoned or spec.drain,
-                unavailable=_unavailable(worker),
+                name=worker.name, quota=room.quota, used=room.used, labels=spec.labels,
+                active=worker.usable() and worker.collected,
+                cordoned=spec.cordoned or spec.drain, unavailable=_unavailable(worker),
             ))
         return views
-
-    def _used_on(self, worker: WorkerConnection) -> dict[str, Fraction]:
-        """The ledger, plus what others use of the worker's live ClusterQueue quota."""
-        ledger = self.ledger.used(worker.name)
-        if worker.live_used is None or worker.mirrors is None:
-            return ledger
-        running = resources.add(*(
-            booking.demand for booking in self.ledger.jobs_on(worker.name)
-            if _runs(worker.mirrors.get(booking.key))
-        ))
-        return effective_used(ledger, worker.live_used, running)
 
     def _on_worker_change(self, worker: WorkerConnection) -> None:
         assert self.jobs is not None and self._worker_clusters is not None
@@ -126,10 +125,11 @@ class Dispatcher:
         self._worker_clusters.trigger()
         self.metrics.worker_active.labels(worker.name).set(1 if worker.active else 0)
         if worker.usable() and not worker.collected:
-            asyncio.get_running_loop().create_task(
-                self._collect_then_open(worker), name=f"worker/{worker.name}/gc-on-connect")
+            self._tasks.start_once(f"worker/{worker.name}/gc-on-connect",
+                                   lambda: self._collect_then_open(worker))
 
     async def _collect_then_open(self, worker: WorkerConnection) -> None:
+        """Collect the worker's stale mirrors, then offer it to the scheduler."""
         assert self._gc is not None and self._scheduling is not None
         try:
             await self._gc.collect(worker)
@@ -146,7 +146,7 @@ class Dispatcher:
 
     def _on_decision(self, decision: Decision) -> None:
         assert self.jobs is not None
-        self.jobs.on_decision(decision)
+        self.jobs.on_decision(decision.key)
 
     def _refresh_gauges(self) -> None:
         assert self.registry is not None and self.jobs is not None
@@ -166,14 +166,13 @@ class Dispatcher:
             m.jobs.labels("placed", worker.name).set(len(bookings))
             m.jobs.labels("running", worker.name).set(running)
             m.worker_active.labels(worker.name).set(1 if worker.usable() else 0)
-            used = self._used_on(worker)
-            quota = effective_quota(worker.spec.quota, worker.live_quota) or {}
+            room = self.capacity_of(worker)
+            quota, used, free = room.quota or {}, room.used, room.free or {}
             for name in set(quota) | set(used):
                 m.worker_used.labels(worker.name, name).set(float(used.get(name, 0)))
                 if name in quota:
                     m.worker_quota.labels(worker.name, name).set(float(quota[name]))
-                    free = resources.remaining(quota, used).get(name, 0)
-                    m.worker_free.labels(worker.name, name).set(float(free))
+                    m.worker_free.labels(worker.name, name).set(float(free.get(name, 0)))
             if worker.mirrors is not None:
                 m.watch_restarts.labels(worker.name).set(worker.mirrors.restarts)
         m.queue_depth.set(len(self.jobs.queue))
@@ -183,11 +182,11 @@ class Dispatcher:
 
     async def _gauges(self) -> None:
         while True:
-            try:
-                self._refresh_gauges()
-            except Exception:
-                log.exception("refreshing gauges failed")
+            await guarded("gauges", self._refresh_gauges_async)
             await asyncio.sleep(_GAUGE_INTERVAL_SECONDS)
+
+    async def _refresh_gauges_async(self) -> None:
+        self._refresh_gauges()
 
     async def _start_when_synced(self, informers: list[Informer], queue: WorkQueue) -> None:
         """Sync caches, connect workers, rebuild the ledger; then reconcile (forever)."""
@@ -249,7 +248,7 @@ class Dispatcher:
         """Everything a leader does: caches, workers, ledger, controllers."""
         cfg = self.config
         informer_settings = InformerSettings()
-        kind = TrainJobKind()
+        kind = self.kind
         queue = WorkQueue(name="trainjobs")
         trainjobs = Informer(Resource(manager, kind.kind), settings=informer_settings,
                              name="manager/trainjobs")
@@ -269,7 +268,8 @@ class Dispatcher:
         self.registry = WorkerRegistry(
             options=ConnectionOptions(
                 client_settings=self._client_settings(), informer_settings=informer_settings,
-                origin=cfg.mirror.origin, probe_interval=cfg.workers.probe_interval_seconds,
+                kind=kind, origin=cfg.mirror.origin,
+                probe_interval=cfg.workers.probe_interval_seconds,
                 on_change=self._on_worker_change, observer=self.metrics.observe_request),
             on_mirror_event=self._on_mirror_event,
         )
@@ -281,11 +281,12 @@ class Dispatcher:
         )
         self.jobs = JobsController(
             config=cfg, manager=manager, registry=self.registry, kind=kind, ledger=self.ledger,
-            scheduling=self._scheduling, trainjobs=trainjobs, cluster_runtimes=cluster_runtimes,
-            runtimes=runtimes, queue=queue, events=events, metrics=self.metrics,
+            scheduling=self._scheduling, trainjobs=trainjobs,
+            runtimes={CLUSTER_RUNTIME: cluster_runtimes, NAMESPACED_RUNTIME: runtimes},
+            queue=queue, events=events, metrics=self.metrics, clock=self.clock,
         )
         self._worker_clusters = WorkerClustersController(
-            config=cfg, registry=self.registry, ledger=self.ledger,
+            config=cfg, registry=self.registry, capacity_of=self.capacity_of,
             worker_clusters=worker_clusters, secrets=secrets)
         self._gc = GarbageCollector(
             manager=manager, trainjobs=trainjobs, registry=self.registry, kind=kind,
@@ -303,10 +304,12 @@ class Dispatcher:
                     group.create_task(informer.run(), name=f"informer/{informer.name}")
                 group.create_task(self._start_when_synced(informers, queue),
                                   name="reconcile-trainjobs")
-                group.create_task(self._scheduling.run(), name="scheduling")
-                group.create_task(self._worker_clusters.run(), name="workerclusters")
-                group.create_task(self._gc.run(), name="garbage-collector")
-                group.create_task(events.run(), name="events")
-                group.create_task(self._gauges(), name="gauges")
+                for name, body in (("scheduling", self._scheduling.run),
+                                   ("workerclusters", self._worker_clusters.run),
+                                   ("garbage-collector", self._gc.run),
+                                   ("events", events.run), ("gauges", self._gauges)):
+                    group.create_task(guarded(name, body, restart_delay=_RESTART_SECONDS),
+                                      name=name)
         finally:
+            await self._tasks.close()
             await self.registry.close()

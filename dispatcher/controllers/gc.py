@@ -18,8 +18,8 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.api import constants as c
-from dispatcher.controllers.trainjob_kind import JobKind
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
+from dispatcher.kinds import JobKind
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.informer import Informer
 from dispatcher.kube.resource import Resource

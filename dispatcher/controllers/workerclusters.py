@@ -18,6 +18,7 @@ import contextlib
 import datetime
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -25,13 +26,11 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from dispatcher.api import constants as c
 from dispatcher.api.workercluster import DEFAULT_SECRET_KEY, ConfigProblem, WorkerSpec
 from dispatcher.config import DispatcherConfig, StaticWorker
-from dispatcher.controllers.status import now_rfc3339
+from dispatcher.controllers.status import now_rfc3339, rfc3339
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
 from dispatcher.kube.informer import Informer
 from dispatcher.kube.kubeconfig import KubeconfigError, parse_kubeconfig
-from dispatcher.placement import resources
-from dispatcher.placement.ledger import Ledger
-from dispatcher.placement.live_quota import effective_quota, effective_used
+from dispatcher.placement.capacity import Capacity
 from dispatcher.placement.quantity import format_quantity
 from dispatcher.placement.validation import DemandError, checked_quantities
 
@@ -79,13 +78,13 @@ class WorkerClustersController:
         *,
         config: DispatcherConfig,
         registry: WorkerRegistry,
-        ledger: Ledger,
+        capacity_of: Callable[[WorkerConnection], Capacity],
         worker_clusters: Informer | None,
         secrets: Informer | None,
     ) -> None:
         self.config = config
         self.registry = registry
-        self.ledger = ledger
+        self.capacity_of = capacity_of
         self.worker_clusters = worker_clusters
         self.secrets = secrets
         self._changed = asyncio.Event()
@@ -152,23 +151,19 @@ class WorkerClustersController:
         status = "True" if worker.active else "False"
         since = previous.get("lastTransitionTime")
         if previous.get("status") != status or not since:
-            since = (datetime.datetime.fromtimestamp(worker.lost_since, datetime.UTC)
-                     .strftime("%Y-%m-%dT%H:%M:%SZ")
-                     if worker.lost_since and not worker.active else now_rfc3339())
-        quota = effective_quota(worker.spec.quota, worker.live_quota)
-        used = effective_used(self.ledger.used(worker.name), worker.live_used)
-        # (an upper bound: mirrors already running are also in the live usage)
+            since = (rfc3339(worker.lost_since) if worker.lost_since and not worker.active
+                     else now_rfc3339())
+        capacity = self.capacity_of(worker)
         desired: JSON = {
             "conditions": [{"type": c.CONDITION_ACTIVE, "status": status,
                             "reason": worker.reason, "message": worker.message,
                             "lastTransitionTime": since}],
             "mirrors": len(worker.mirrors.store) if worker.mirrors else 0,
-            "used": {k: format_quantity(v) for k, v in used.items()},
+            "used": {k: format_quantity(v) for k, v in capacity.used.items()},
         }
-        if quota is not None:
-            desired["quota"] = {k: format_quantity(v) for k, v in quota.items()}
-            desired["free"] = {k: format_quantity(v)
-                               for k, v in resources.remaining(quota, used).items()}
+        if capacity.quota is not None and capacity.free is not None:
+            desired["quota"] = {k: format_quantity(v) for k, v in capacity.quota.items()}
+            desired["free"] = {k: format_quantity(v) for k, v in capacity.free.items()}
         return desired
 
     async def write_statuses(self) -> None:

@@ -22,11 +22,11 @@ from fractions import Fraction
 
 from dispatcher.api import constants as c
 from dispatcher.api.kueue import CLUSTER_QUEUES
-from dispatcher.api.trainer import GROUP, TRAINJOBS, VERSION
 from dispatcher.api.workercluster import WorkerSpec
+from dispatcher.kinds import JobKind
 from dispatcher.kube.client import ClientSettings, ClusterClient, RequestObserver
 from dispatcher.kube.informer import EventHandler, Informer, InformerSettings
-from dispatcher.kube.resource import Resource, message_of, status_of
+from dispatcher.kube.resource import Resource, ResourceKind, message_of, status_of
 from dispatcher.placement.live_quota import cluster_queue_quota
 from dispatcher.placement.quantity import QuantityError
 
@@ -35,14 +35,13 @@ log = logging.getLogger(__name__)
 ChangeHandler = Callable[["WorkerConnection"], None]
 
 
-def _reason_for(error: BaseException) -> tuple[str, str]:
+def _reason_for(error: BaseException, kind: ResourceKind) -> tuple[str, str]:
     status = status_of(error)
     if status in (401, 403):
         return c.REASON_UNAUTHORIZED, f"the worker refused the credentials (HTTP {status})"
     if status == 404:
         return c.REASON_MISSING_CRD, (
-            f"the worker does not serve {GROUP}/{VERSION} TrainJobs: install the Trainer CRDs"
-        )
+            f"the worker does not serve {kind.api_version} {kind.plural}: install their CRDs")
     if status:
         return c.REASON_UNREACHABLE, f"HTTP {status}: {message_of(error)}"
     if isinstance(error, TimeoutError):
@@ -56,6 +55,7 @@ class ConnectionOptions:
 
     client_settings: ClientSettings
     informer_settings: InformerSettings
+    kind: JobKind
     origin: str
     probe_interval: float
     on_change: ChangeHandler
@@ -115,7 +115,16 @@ class WorkerConnection:
             log.log(level, "worker %s: %s (%s)", self.name,
                     "active" if active else "inactive", message,
                     extra={"worker": self.name})
+            self.notify()
+
+    def notify(self) -> None:
+        """Tell the dispatcher this worker changed; a failing callback is logged, and the
+        probe and watch that called it live on."""
+        try:
             self._on_change(self)
+        except Exception:
+            log.exception("worker %s: change callback failed", self.name,
+                          extra={"worker": self.name})
 
     async def start(self) -> None:
         if self.spec.problem is not None:
@@ -132,7 +141,7 @@ class WorkerConnection:
                             f"cannot build a client from the kubeconfig ({type(error).__name__})")
             return
         self.mirrors = Informer(
-            Resource(self.client, TRAINJOBS),
+            Resource(self.client, self._options.kind.kind),
             label_selector=f"{c.LABEL_ORIGIN}={self._options.origin}",
             settings=self._options.informer_settings,
             on_connection=self._on_watch_state,
@@ -147,7 +156,7 @@ class WorkerConnection:
     def _on_watch_state(self, error: Exception | None) -> None:
         self._watch_error = error
         if error is not None:
-            self._set_state(False, *_reason_for(error))
+            self._set_state(False, *_reason_for(error, self._options.kind.kind))
         self._probe_now.set()
 
     async def probe(self) -> None:
@@ -155,11 +164,11 @@ class WorkerConnection:
         assert self.client is not None
         self.last_probe = time.time()
         try:
-            await self.client.request("GET", f"/apis/{GROUP}/{VERSION}", verb="probe")
+            await self.client.request("GET", self._options.kind.probe_path(), verb="probe")
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            self._set_state(False, *_reason_for(error))
+            self._set_state(False, *_reason_for(error, self._options.kind.kind))
             return
         if self.spec.cluster_queue and not await self._read_cluster_queue():
             return
@@ -174,7 +183,7 @@ class WorkerConnection:
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            self._set_state(False, *_reason_for(error))
+            self._set_state(False, *_reason_for(error, self._options.kind.kind))
             return False
         if queue is None:
             self._set_state(False, c.REASON_MISSING_CLUSTER_QUEUE,
@@ -188,7 +197,7 @@ class WorkerConnection:
             return False
         if (quota, used) != (self.live_quota, self.live_used):
             self.live_quota, self.live_used = quota, used
-            self._on_change(self)
+            self.notify()
         return True
 
     async def _probe_loop(self) -> None:
@@ -225,7 +234,6 @@ class WorkerRegistry:
     ) -> None:
         self.workers: dict[str, WorkerConnection] = {}
         self._options = options
-        self._on_change = options.on_change
         self._on_mirror_event = on_mirror_event
         self._lock = asyncio.Lock()
 
@@ -248,7 +256,7 @@ class WorkerRegistry:
                 if name not in wanted:
                     connection = self.workers.pop(name)
                     await connection.stop()
-                    self._on_change(connection)
+                    connection.notify()
             for name, spec in wanted.items():
                 current = self.workers.get(name)
                 if current is not None and (
@@ -256,7 +264,7 @@ class WorkerRegistry:
                 ):
                     if current.spec != spec:
                         current.spec = replace(spec)
-                        self._on_change(current)
+                        current.notify()
                     continue
                 since = current.lost_since if current else (lost_since or {}).get(name)
                 if current is not None:
@@ -264,7 +272,7 @@ class WorkerRegistry:
                 connection = self._connection(spec, since)
                 self.workers[name] = connection
                 await connection.start()
-                self._on_change(connection)
+                connection.notify()
 
     async def close(self) -> None:
         async with self._lock:

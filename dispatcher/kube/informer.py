@@ -125,7 +125,10 @@ class Informer:
 
     def _report(self, error: Exception | None) -> None:
         if self._on_connection:
-            self._on_connection(error)
+            try:
+                self._on_connection(error)
+            except Exception:
+                log.exception("%s: connection handler failed", self.name)
 
     async def run(self) -> None:
         """List and watch until cancelled; never raises except CancelledError."""

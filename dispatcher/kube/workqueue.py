@@ -8,9 +8,10 @@ The semantics of client-go's work queue, without its locks:
   ordinary ones, so a burst of new jobs does not hold up the running jobs' status;
 - `run_workers` runs at most one reconcile per key at a time, with N workers.
 
-The reconcile function returns a `Result`: `done()` forgets the key's backoff,
-`requeue_after(s)` processes it again later; an exception retries it with exponential
-per-key backoff.
+The reconcile function returns a `Result` (controller-runtime's rule): `done()` forgets
+the key's backoff, `after(s)` processes it again later, `retry()` (a conflict, a
+transient error) processes it again after the key's exponential backoff; an exception
+does the same and is logged.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Result:
     """What to do with a key after its reconcile."""
 
     requeue_after: float | None = None
+    rate_limited: bool = False
 
     @staticmethod
     def done() -> Result:
@@ -41,8 +43,13 @@ class Result:
     def after(seconds: float) -> Result:
         return Result(requeue_after=seconds)
 
+    @staticmethod
+    def retry() -> Result:
+        return _RETRY
+
 
 _DONE = Result()
+_RETRY = Result(rate_limited=True)
 _URGENT, _ORDINARY, _NOT_QUEUED = 0, 1, 2
 Reconciler = Callable[[str], Awaitable[Result]]
 
@@ -138,9 +145,12 @@ class WorkQueue:
                 log.exception("%s: reconcile of %s failed, retrying in %.2fs",
                               self.name, key, delay)
             else:
-                self.forget(key)
-                if result.requeue_after is not None:
-                    self.add_after(key, result.requeue_after)
+                if result.rate_limited:
+                    self.add_rate_limited(key)
+                else:
+                    self.forget(key)
+                    if result.requeue_after is not None:
+                        self.add_after(key, result.requeue_after)
             finally:
                 self._processing.discard(key)
                 dirty = self._dirty.pop(key, None)

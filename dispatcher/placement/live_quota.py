@@ -5,12 +5,8 @@ A ClusterQueue's nominal quota is summed over its flavors per resource
 `status.flavorsUsage[].resources[].total`.
 
 Effective quota of a worker: the declared quota, the live nominal quota, or, when both
-are known, the smaller of the two per resource. Effective usage: the dispatcher's ledger
-plus the live usage that is not the dispatcher's own. The live usage already contains
-the dispatcher's mirrors that the worker's Kueue admitted; those that visibly run
-(active or ready pods) are taken out of it so they are not counted twice. A mirror
-admitted but not yet running is counted twice for that moment: the error is on the safe
-side, the worker is never over-booked.
+are known, the smaller of the two per resource. How the live usage combines with the
+ledger is `placement/capacity.py`.
 """
 
 from __future__ import annotations
@@ -45,11 +41,3 @@ def effective_quota(declared: Vector | None, live: Vector | None) -> Vector | No
         return dict(live)
     return {name: min(amount, declared[name]) for name, amount in live.items() if name in declared}
 
-
-def effective_used(ledger: Vector, live_used: Vector | None,
-                   running_ours: Vector | None = None) -> Vector:
-    """Ledger plus the live usage of others (live usage minus our running mirrors)."""
-    if live_used is None:
-        return dict(ledger)
-    others = resources.subtract(live_used, running_ours or {})
-    return resources.add(ledger, {n: max(v, Fraction(0)) for n, v in others.items()})

@@ -1,0 +1,383 @@
+"""The jobs controller: watch events become keys; each key is snapshot -> decide -> act.
+
+Events from the manager's and the workers' watches only enqueue keys (news about a
+running job in the urgent lane). `reconcile(key)` reads a `JobSnapshot` from the
+caches, asks the pure `decide` what to do, and carries the action out with the manager
+writer or the worker writer; an action that changed the state (placement recorded,
+mirror created, ...) is followed at once by the next decision on the new state, so a
+new job goes from queued to mirrored in one reconcile. A 409 goes back to the work
+queue's per-key backoff. The only per-job state is each job's `JobMemory`, forgotten on
+every exit.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from typing import Any
+
+from dispatcher.api import constants as c
+from dispatcher.api.conditions import condition
+from dispatcher.clock import Clock
+from dispatcher.config import DispatcherConfig
+from dispatcher.controllers.jobs.decide import (
+    Action,
+    Book,
+    CreateMirror,
+    DeleteMirror,
+    DropFinalizer,
+    Enqueue,
+    Finish,
+    Forget,
+    RecordPlacement,
+    Reject,
+    Requeue,
+    SyncStatus,
+    Unplace,
+    Wait,
+    decide,
+)
+from dispatcher.controllers.jobs.manager_side import Conflict, ManagerWriter
+from dispatcher.controllers.jobs.memory import JobMemories, JobMemory
+from dispatcher.controllers.jobs.priority import PriorityCache
+from dispatcher.controllers.jobs.snapshot import (
+    JobSnapshot,
+    SnapshotReader,
+    annotations_of,
+    job_key,
+)
+from dispatcher.controllers.jobs.worker_side import Refused, WorkerWriter
+from dispatcher.controllers.scheduling import SchedulingLoop
+from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
+from dispatcher.kinds import JobKind
+from dispatcher.kube.client import ClusterClient
+from dispatcher.kube.informer import DELETED, Informer
+from dispatcher.kube.workqueue import Result, WorkQueue
+from dispatcher.observability.events import EventRecorder
+from dispatcher.observability.metrics import Metrics
+from dispatcher.placement import resources
+from dispatcher.placement.ledger import Booking, Ledger
+from dispatcher.placement.validation import DemandError, checked_vector_text
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+REASON_NEW = "New"
+"""The metric's label for claimed jobs that have no Dispatched condition yet."""
+_MAX_STEPS = 8
+
+
+class JobsController:
+    def __init__(
+        self,
+        *,
+        config: DispatcherConfig,
+        manager: ClusterClient,
+        registry: WorkerRegistry,
+        kind: JobKind,
+        ledger: Ledger,
+        scheduling: SchedulingLoop,
+        trainjobs: Informer,
+        runtimes: dict[str, Informer],
+        queue: WorkQueue,
+        events: EventRecorder,
+        metrics: Metrics,
+        clock: Clock,
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.kind = kind
+        self.ledger = ledger
+        self.scheduling = scheduling
+        self.trainjobs = trainjobs
+        self.queue = queue
+        self.events = events
+        self.metrics = metrics
+        self.clock = clock
+        self.memories = JobMemories()
+        self.reader = SnapshotReader(
+            config=config, kind=kind, trainjobs=trainjobs, runtimes=runtimes,
+            registry=registry, ledger=ledger, scheduling=scheduling,
+            priorities=PriorityCache(manager, clock=clock), clock=clock)
+        self.manager = ManagerWriter(kind=kind, trainjobs=trainjobs, events=events,
+                                     metrics=metrics, clock=clock)
+        self.workers = WorkerWriter(kind=kind, origin=config.mirror.origin,
+                                    create_namespaces=config.workers.create_namespaces,
+                                    metrics=metrics)
+
+    def claimed(self, job: JSON) -> bool:
+        return self.reader.claimed(job)
+
+    # ----- event handlers: map to keys and enqueue -----
+
+    def on_job_event(self, event_type: str, obj: JSON) -> None:
+        if not self.claimed(obj):
+            return
+        uid = obj["metadata"]["uid"]
+        if event_type == DELETED:
+            self.scheduling.withdraw(uid)
+            self.memories.forget(uid)
+        else:
+            memory = self.memories.of(uid)
+            if memory.first_seen is None:
+                memory.first_seen = self.clock.monotonic()
+        self.queue.add(job_key(obj))
+
+    def _memory_of_mirror(self, mirror: JSON) -> JobMemory | None:
+        """The memory of the live manager job `mirror` belongs to, if there is one."""
+        job = self.trainjobs.get(job_key(mirror))
+        manager_uid = (mirror["metadata"].get("annotations") or {}).get(
+            c.ANNOTATION_MANAGER_UID)
+        if job is None or job["metadata"]["uid"] != manager_uid or not self.claimed(job):
+            return None
+        return self.memories.of(manager_uid)
+
+    def on_mirror_event(self, worker: str, event_type: str, obj: JSON) -> None:
+        memory = self._memory_of_mirror(obj)
+        if memory is not None:
+            if event_type == DELETED:
+                uid = obj["metadata"].get("uid", "")
+                if uid in memory.deleted_mirrors:
+                    memory.deleted_mirrors.discard(uid)
+                else:
+                    memory.tombstone = (worker, obj)
+            else:
+                if memory.tombstone is not None and memory.tombstone[0] == worker:
+                    memory.tombstone = None
+                if memory.status_news is None:
+                    memory.status_news = self.clock.monotonic()
+        self.queue.add(job_key(obj), urgent=True)  # news about a running job: ahead of new ones
+
+    def on_runtime_event(self, event_type: str, obj: JSON) -> None:
+        """A runtime came, changed or went: look again at the unplaced jobs that use it."""
+        metadata = obj["metadata"]
+        key = f"{metadata['namespace']}/{metadata['name']}" if metadata.get(
+            "namespace") else metadata["name"]
+        ref = (obj.get("kind"), key)
+        for job in list(self.trainjobs.store.values()):
+            if (self.claimed(job) and c.ANNOTATION_CLUSTER not in annotations_of(job)
+                    and self.kind.runtime_ref(job) == ref):
+                self.queue.add(job_key(job))
+
+    def on_worker_change(self, worker: WorkerConnection) -> None:
+        """A worker came, went or changed: re-examine its jobs and schedule again."""
+        for booking in self.ledger.jobs_on(worker.name):
+            self.queue.add(booking.key)
+        self.scheduling.trigger()
+
+    def on_decision(self, key: str) -> None:
+        self.queue.add(key)
+
+    # ----- reconcile: snapshot -> decide -> act -----
+
+    async def reconcile(self, key: str) -> Result:
+        for _ in range(_MAX_STEPS):
+            job = self.trainjobs.get(key)
+            memory = (self.memories.of(job["metadata"]["uid"])
+                      if job is not None and self.claimed(job) else None)
+            snapshot = await self.reader.read(key, memory)
+            action = decide(snapshot, memory or JobMemory(), self.config, kind=self.kind)
+            try:
+                result = await self._act(snapshot, memory or JobMemory(), action)
+            except Conflict as conflict:
+                log.debug("%s; deciding again after the key's backoff", conflict)
+                return Result.retry()
+            if result is not None:
+                return result
+        return Result.retry()
+
+    async def _act(self, s: JobSnapshot, memory: JobMemory, action: Action) -> Result | None:
+        """Carry out `action`; None means the state changed: decide again at once."""
+        match action:
+            case Forget():
+                if s.job is not None:
+                    self.scheduling.withdraw(s.uid)
+                    self.memories.forget(s.uid)
+                return Result.done()
+            case Requeue(seconds=seconds):
+                return Result.after(seconds)
+            case Wait(reason=reason, message=message, warn=warn):
+                assert s.job is not None
+                self.scheduling.withdraw(s.uid)
+                await self.manager.set_waiting(s.job, reason, message, warn=warn)
+                return Result.done()
+            case Enqueue(entry=entry):
+                return await self._enqueue(s, entry)
+            case RecordPlacement(worker=worker, demand=demand):
+                return await self._record_placement(s, memory, worker, demand)
+            case Book(worker=worker):
+                assert s.job is not None
+                self.ledger.book(Booking(s.uid, s.key, worker, self.booked_demand(s.job, s)))
+                return None
+            case CreateMirror(worker=worker):
+                return await self._create_mirror(s, memory, worker)
+            case SyncStatus(worker=worker, mirror=mirror):
+                return await self._sync_status(s, memory, worker, mirror)
+            case Finish():
+                await self._finish(s, action)
+                return None
+            case Unplace():
+                return await self._unplace(s, memory, action)
+            case Reject(worker=worker, reason=reason, message=message):
+                return await self._reject(s, memory, worker, reason, message)
+            case DeleteMirror(worker=worker):
+                assert s.job is not None
+                await self.workers.delete_mirror(self.registry.get(worker), s.job, memory)
+                return None
+            case DropFinalizer():
+                assert s.job is not None
+                self._release(s.uid)
+                await self.manager.drop_finalizer(s.job)
+                self.memories.forget(s.uid)
+                return Result.done()
+        raise AssertionError(f"no executor for {action!r}")
+
+    def _release(self, uid: str) -> None:
+        self.ledger.release(uid)
+        self.scheduling.withdraw(uid)
+        self.scheduling.trigger()
+
+    async def _enqueue(self, s: JobSnapshot, entry: Any) -> Result:
+        assert s.job is not None
+        self.scheduling.submit(entry)
+        decision = self.scheduling.decisions.get(s.uid)
+        if decision is not None:
+            where = f" (position {decision.position} in the queue)" if decision.position else ""
+            await self.manager.set_waiting(s.job, decision.reason, decision.message + where)
+        return Result.done()
+
+    async def _record_placement(self, s: JobSnapshot, memory: JobMemory, worker: str,
+                                demand: dict[str, Any]) -> Result | None:
+        assert s.job is not None
+        updated = await self.manager.record_placement(s.job, worker, demand)
+        if updated is None:
+            self.scheduling.withdraw(s.uid)
+            return Result.done()
+        self.scheduling.confirm(s.uid)
+        memory.tombstone = None
+        self.metrics.placements.labels(worker).inc()
+        if memory.first_seen is not None:
+            self.metrics.quota_wait.observe(self.clock.monotonic() - memory.first_seen)
+        return None
+
+    async def _create_mirror(self, s: JobSnapshot, memory: JobMemory,
+                             worker_name: str) -> Result | None:
+        assert s.job is not None
+        worker = self.registry.get(worker_name)
+        assert worker is not None
+        outcome = await self.workers.create_mirror(s.job, worker)
+        if isinstance(outcome, Refused):
+            return await self._reject(s, memory, worker_name, outcome.reason, outcome.message)
+        _, created = outcome
+        if created:
+            if memory.first_seen is not None:
+                self.metrics.dispatch_latency.observe(self.clock.monotonic() - memory.first_seen)
+                memory.first_seen = None
+            self.events.record(s.job, reason=c.REASON_PLACED,
+                               message=f"mirror created on worker {worker_name}")
+        return None
+
+    async def _sync_status(self, s: JobSnapshot, memory: JobMemory, worker: str,
+                           mirror: JSON) -> Result:
+        assert s.job is not None
+        news, memory.status_news = memory.status_news, None
+        previous = condition(s.job.get("status"), c.CONDITION_DISPATCHED)
+        if not self.kind.remote_status(mirror) and previous is None:
+            return Result.done()
+        await self.manager.set_placed(s.job, mirror, reason=c.REASON_PLACED,
+                                      message=f"running on worker {worker}", news_seen=news)
+        return Result.done()
+
+    async def _finish(self, s: JobSnapshot, action: Finish) -> None:  # then: leave
+        """Final status sync; then the job leaves as finished (mirror deleted, finalizer)."""
+        assert s.job is not None
+        kind_of_end = action.finished.get("type")
+        await self.manager.set_placed(s.job, action.mirror, reason=c.REASON_FINISHED,
+                                      message=f"{kind_of_end} on worker {action.worker}")
+        self.events.record(s.job, reason=c.REASON_FINISHED,
+                           message=f"{kind_of_end} on worker {action.worker}: "
+                                   f"{action.finished.get('reason', '')}",
+                           warning=self.kind.failed(action.finished))
+
+    async def _unplace(self, s: JobSnapshot, memory: JobMemory, action: Unplace) -> Result:
+        assert s.job is not None
+        worker = self.registry.get(action.worker)
+        deleted = await self.workers.delete_mirror(worker, s.job, memory)
+        if not deleted and worker is not None and worker.lost_since is None:
+            return Result.after(self.config.workers.probe_interval_seconds)
+        updated = await self.manager.clear_placement(s.job, evictions=action.evictions)
+        if updated is None:
+            return Result.done()
+        self.ledger.release(s.uid)
+        self.scheduling.trigger()
+        memory.tombstone = None
+        extra = ([self.kind.failed_condition(
+            c.REASON_TOO_MANY_EVICTIONS, f"evicted {action.evictions} times; last: "
+            f"{action.message}", self.manager.now())] if action.fail else [])
+        await self.manager.set_waiting(updated, action.reason, action.message, extra=extra)
+        if not action.eviction:
+            return Result.done()
+        self.metrics.evictions.labels(action.worker, action.reason).inc()
+        self.metrics.requeues.labels(action.reason).inc()
+        self.events.record(updated, reason=c.REASON_EVICTED, message=action.message,
+                           warning=True)
+        log.warning("evicted %s from %s: %s", s.key, action.worker, action.message,
+                    extra={"job": s.key, "worker": action.worker})
+        memory.not_before = self.clock.monotonic() + action.backoff
+        return Result.after(action.backoff)
+
+    async def _reject(self, s: JobSnapshot, memory: JobMemory, worker: str, reason: str,
+                      message: str) -> Result | None:
+        """The worker refused the mirror: try the others for a while, not this one."""
+        assert s.job is not None
+        memory.excluded[worker] = (self.clock.monotonic()
+                                   + self.config.placement.rejection_backoff_seconds)
+        self.metrics.dispatch_errors.labels(worker, reason).inc()
+        self.events.record(s.job, reason=reason, message=message, warning=True)
+        log.warning("%s: %s", s.key, message, extra={"job": s.key, "worker": worker})
+        updated = await self.manager.clear_placement(s.job)
+        if updated is None:
+            return Result.done()
+        self.ledger.release(s.uid)
+        self.scheduling.trigger()
+        await self.manager.set_waiting(updated, reason, message)
+        return None
+
+    # ----- the ledger and the counts, from the caches -----
+
+    def booked_demand(self, job: JSON, snapshot: JobSnapshot | None = None
+                      ) -> dict[str, Any]:
+        """What a placed job holds: its demand annotation, but never less than what the
+        job needs now, so an edited or broken annotation cannot book less than runs."""
+        text = annotations_of(job).get(c.ANNOTATION_DEMAND, "")
+        try:
+            recorded = checked_vector_text(text, path=f"annotation {c.ANNOTATION_DEMAND}")
+        except DemandError as error:
+            log.warning("%s: %s; booking its demand as computed now", job_key(job), error,
+                        extra={"job": job_key(job)})
+            recorded = {}
+        computed = snapshot.demand if snapshot is not None else None
+        if snapshot is None:
+            _, runtime = self.reader.runtime_of(job)
+            computed, _ = self.reader.demand(job, runtime, None)
+        return resources.maximum([recorded, computed or {}])
+
+    def rebuild_ledger(self) -> int:
+        """Book every placed job from the manager's annotations; before any placement."""
+        booked = 0
+        for job in self.trainjobs.store.values():
+            worker = annotations_of(job).get(c.ANNOTATION_CLUSTER)
+            if (worker and self.claimed(job)
+                    and c.FINALIZER in (job["metadata"].get("finalizers") or [])):
+                self.ledger.book(Booking(job["metadata"]["uid"], job_key(job), worker,
+                                         self.booked_demand(job)))
+                booked += 1
+        return booked
+
+    def reasons(self) -> collections.Counter[str]:
+        """Claimed, unfinished jobs by their Dispatched reason, from the cache."""
+        counts: collections.Counter[str] = collections.Counter()
+        for job in self.trainjobs.store.values():
+            if self.claimed(job) and self.kind.finished(job.get("status")) is None:
+                dispatched = condition(job.get("status"), c.CONDITION_DISPATCHED) or {}
+                counts[dispatched.get("reason") or REASON_NEW] += 1
+        return counts

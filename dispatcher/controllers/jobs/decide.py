@@ -1,0 +1,262 @@
+"""The life of a job as one pure decision: `decide(snapshot, memory, config) -> Action`.
+
+No I/O and no clock of its own: the snapshot carries the time it was read. The rows,
+in the order they are tried (`docs/architecture.md` draws the same arrows):
+
+- gone or not claimed -> forget it;
+- deleted on the manager -> delete the mirror (while the worker can be reached), then
+  drop the finalizer; a worker lost past the timeout is given up on (the GC cleans up);
+- finished on the manager -> the same (the mirror is kept with `mirror.keepFinished`);
+- placed, not yet booked (after a restart) -> book it;
+- placed and suspended -> take it off the worker (not an eviction);
+- placed on a worker no longer registered, or lost past `workers.lostTimeoutSeconds` ->
+  evict (WorkerLost); lost for less -> wait; inactive but not lost (a blip) -> wait;
+- placed on a draining worker -> evict, not counted toward `mirror.maxEvictions`;
+- placed, no mirror: a tombstone that finished -> finish; one that did not -> evict
+  (MirrorGone); none -> create the mirror;
+- placed, the object there is not ours -> reject (NameConflict);
+- placed, mirror finished: failed with a reason the job retries -> evict; else finish;
+  evicted by the worker -> evict (MirrorEvicted); else copy its status;
+- not placed: suspended, runtime missing, demand or selector invalid -> wait with that
+  reason; in eviction backoff -> wait until then; reserved by the scheduler -> record
+  the placement; else queue it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from dispatcher.api import constants as c
+from dispatcher.config import DispatcherConfig
+from dispatcher.controllers.jobs.memory import JobMemory
+from dispatcher.controllers.jobs.snapshot import JobSnapshot, WorkerState, annotations_of
+from dispatcher.kinds import JobKind
+from dispatcher.placement.scheduler import PendingJob
+from dispatcher.placement.selector import SelectorError, parse_selector
+
+JSON = dict[str, Any]
+_BLIP_MARGIN_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class Forget:
+    """The job is out of the dispatcher's hands: drop its memory and queue entry."""
+
+
+@dataclass(frozen=True)
+class Requeue:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Not placed: withdraw it from the queue and show why."""
+
+    reason: str
+    message: str
+    warn: bool = False
+
+
+@dataclass(frozen=True)
+class Enqueue:
+    entry: PendingJob
+
+
+@dataclass(frozen=True)
+class RecordPlacement:
+    worker: str
+    demand: dict[str, Fraction]
+
+
+@dataclass(frozen=True)
+class Book:
+    worker: str
+
+
+@dataclass(frozen=True)
+class CreateMirror:
+    worker: str
+
+
+@dataclass(frozen=True)
+class SyncStatus:
+    worker: str
+    mirror: JSON
+
+
+@dataclass(frozen=True)
+class Finish:
+    worker: str
+    mirror: JSON
+    finished: JSON
+
+
+@dataclass(frozen=True)
+class Unplace:
+    """Take the job off its worker: the mirror deleted (if reachable), the placement
+    and finalizer cleared; an eviction requeues it after `backoff`, and fails it once
+    `evictions` reaches `mirror.maxEvictions`."""
+
+    worker: str
+    reason: str
+    message: str
+    eviction: bool
+    evictions: int | None = None
+    """The new eviction count to record; None when this one does not count."""
+    fail: bool = False
+    backoff: float = 0.0
+
+
+@dataclass(frozen=True)
+class Reject:
+    worker: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class DeleteMirror:
+    worker: str
+
+
+@dataclass(frozen=True)
+class DropFinalizer:
+    pass
+
+
+Action = (Forget | Requeue | Wait | Enqueue | RecordPlacement | Book | CreateMirror
+          | SyncStatus | Finish | Unplace | Reject | DeleteMirror | DropFinalizer)
+
+
+def decide(snapshot: JobSnapshot, memory: JobMemory, config: DispatcherConfig, *,
+           kind: JobKind) -> Action:
+    job = snapshot.job
+    if job is None or not snapshot.claimed:
+        return Forget()
+    if job["metadata"].get("deletionTimestamp") or kind.finished(job.get("status")):
+        return _leave(snapshot, config, kind=kind)
+    if snapshot.placed_on is not None:
+        return _placed(snapshot, config, kind=kind)
+    return _pending(snapshot, memory)
+
+
+
+def _given_up(worker: WorkerState | None, config: DispatcherConfig) -> bool:
+    """No worker, or lost for longer than the timeout: the GC cleans up on its return."""
+    return worker is None or (worker.lost_for is not None
+                              and worker.lost_for >= config.workers.lost_timeout_seconds)
+
+
+def _leave(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> Action:
+    """Deleted or finished on the manager: the mirror goes first, then the finalizer."""
+    if s.placed_on is None:
+        return Forget()
+    deleting = bool(s.job and s.job["metadata"].get("deletionTimestamp"))
+    if not deleting and config.mirror.keep_finished:
+        return DropFinalizer()
+    if s.worker is not None and s.worker.usable:
+        if s.mirror is not None and kind.is_ours(s.mirror, manager_uid=s.uid,
+                                                 origin=config.mirror.origin):
+            return DeleteMirror(s.placed_on)
+        return DropFinalizer()
+    if _given_up(s.worker, config):
+        return DropFinalizer()
+    return Requeue(config.workers.probe_interval_seconds)
+
+
+def _evict(s: JobSnapshot, config: DispatcherConfig, reason: str, message: str, *,
+           counted: bool = True) -> Unplace:
+    assert s.job is not None and s.placed_on is not None
+    if not counted:
+        return Unplace(s.placed_on, reason, f"{message}; requeued", eviction=True)
+    evictions = int(annotations_of(s.job).get(c.ANNOTATION_EVICTIONS, "0") or 0) + 1
+    backoff = config.mirror.requeue_backoff_seconds * 2 ** (evictions - 1)
+    return Unplace(s.placed_on, reason, f"{message}; requeued", eviction=True,
+                   evictions=evictions, fail=evictions >= config.mirror.max_evictions,
+                   backoff=backoff)
+
+
+def _placed(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> Action:
+    assert s.job is not None and s.placed_on is not None
+    name = s.placed_on
+    if not s.booked:
+        return Book(name)
+    if s.job["spec"].get("suspend"):
+        return Unplace(name, c.REASON_SUSPENDED,
+                       "suspended: mirror removed and quota released", eviction=False)
+    worker = s.worker
+    if worker is None:
+        return _evict(s, config, c.REASON_WORKER_LOST, f"worker {name} is no longer registered")
+    if not worker.usable:
+        timeout = config.workers.lost_timeout_seconds
+        if worker.lost_for is None:
+            return Requeue(config.workers.probe_interval_seconds)
+        if worker.lost_for >= timeout:
+            return _evict(s, config, c.REASON_WORKER_LOST,
+                          f"worker {name} lost for {int(worker.lost_for)}s ({worker.message})")
+        return Requeue(timeout - worker.lost_for + _BLIP_MARGIN_SECONDS)
+    if worker.draining:
+        return _evict(s, config, c.REASON_DRAINED, f"worker {name} is being drained",
+                      counted=False)
+    origin = config.mirror.origin
+    if s.mirror is None:
+        if s.tombstone is not None and kind.is_ours(s.tombstone, manager_uid=s.uid,
+                                                    origin=origin):
+            finished = kind.finished(s.tombstone.get("status"))
+            if finished is not None:
+                return Finish(name, s.tombstone, finished)
+            return _evict(s, config, c.REASON_MIRROR_GONE,
+                          f"the mirror on worker {name} was deleted")
+        return CreateMirror(name)
+    if not kind.is_ours(s.mirror, manager_uid=s.uid, origin=origin):
+        return Reject(name, c.REASON_NAME_CONFLICT,
+                      f"{s.key} on {name} is not a mirror of this job")
+    finished = kind.finished(s.mirror.get("status"))
+    if finished is not None:
+        if _retry_requested(s.job, finished, kind=kind):
+            return _evict(s, config, c.REASON_RETRYING_FAILURE,
+                          f"failed on worker {name} with {finished.get('reason')}, "
+                          "which the job retries")
+        return Finish(name, s.mirror, finished)
+    evicted = kind.evicted_remotely(s.mirror)
+    if evicted is not None:
+        return _evict(s, config, c.REASON_MIRROR_EVICTED, f"evicted on worker {name}: {evicted}")
+    return SyncStatus(name, s.mirror)
+
+
+def _retry_requested(job: JSON, finished: JSON, *, kind: JobKind) -> bool:
+    """Whether a failed mirror's reason is one the job opted in to retry elsewhere."""
+    if not kind.failed(finished):
+        return False
+    wanted = annotations_of(job).get(c.ANNOTATION_RETRY_ON_REASONS, "")
+    return finished.get("reason") in {r.strip() for r in wanted.split(",") if r.strip()}
+
+
+def _pending(s: JobSnapshot, memory: JobMemory) -> Action:
+    assert s.job is not None
+    if s.job["spec"].get("suspend"):
+        return Wait(c.REASON_SUSPENDED, "suspended: not dispatched")
+    if s.runtime is None:
+        return Wait(c.REASON_RUNTIME_NOT_FOUND,
+                    f"{s.runtime_name} does not exist on the manager; the job is placed "
+                    "once it does")
+    if s.demand_error is not None:
+        return Wait(s.demand_error.reason, f"not dispatched: {s.demand_error}", warn=True)
+    assert s.demand is not None
+    selector_text = annotations_of(s.job).get(c.ANNOTATION_CLUSTER_SELECTOR, "")
+    try:
+        selector = parse_selector(selector_text)
+    except SelectorError as error:
+        return Wait(c.REASON_INVALID_CLUSTER_SELECTOR,
+                    f"not dispatched: annotation {c.ANNOTATION_CLUSTER_SELECTOR}: {error}",
+                    warn=True)
+    if memory.not_before > s.now:
+        return Requeue(memory.not_before - s.now)
+    if s.reservation is not None:
+        return RecordPlacement(s.reservation, s.demand)
+    return Enqueue(PendingJob(
+        key=s.key, uid=s.uid, demand=s.demand, priority=s.priority,
+        created=s.job["metadata"].get("creationTimestamp", ""), selector=selector,
+        excluded=memory.excluded_now(s.now)))

@@ -1,0 +1,57 @@
+"""What the controller remembers of one job that no cache can tell it, and nothing more.
+
+`JobMemory` holds, per manager job UID: when the job was first seen and when the last
+mirror news arrived (for the latency metrics), its demand for the generation and
+runtime version it was computed from, the workers that refused it and until when, when
+it may be placed again after an eviction, the last state of its deleted mirror (a
+tombstone), and the UIDs of mirrors this process deleted (whose DELETED events are no
+news). `JobMemories.forget(uid)` drops all of it; the controller calls it on every exit
+of a job: finalizer removed, finished, deleted (even while pending), no longer claimed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+JSON = dict[str, Any]
+
+
+@dataclass
+class JobMemory:
+    first_seen: float | None = None
+    status_news: float | None = None
+    demand: tuple[tuple[int, str], dict[str, Fraction]] | None = None
+    """((generation, runtime version), demand) of the last computation."""
+    excluded: dict[str, float] = field(default_factory=dict)
+    """Worker -> monotonic time until which it is not offered this job."""
+    not_before: float = 0.0
+    tombstone: tuple[str, JSON] | None = None
+    """(worker, last state) of the job's mirror deleted by someone else."""
+    deleted_mirrors: set[str] = field(default_factory=set)
+
+    def excluded_now(self, now: float) -> frozenset[str]:
+        return frozenset(worker for worker, until in self.excluded.items() if until > now)
+
+
+class JobMemories:
+    """One `JobMemory` per live job, by manager UID."""
+
+    def __init__(self) -> None:
+        self._by_uid: dict[str, JobMemory] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_uid)
+
+    def get(self, uid: str) -> JobMemory | None:
+        return self._by_uid.get(uid)
+
+    def of(self, uid: str) -> JobMemory:
+        memory = self._by_uid.get(uid)
+        if memory is None:
+            memory = self._by_uid[uid] = JobMemory()
+        return memory
+
+    def forget(self, uid: str) -> None:
+        self._by_uid.pop(uid, None)

@@ -1,0 +1,177 @@
+"""Everything a decision about one job looks at, read from the caches in one go.
+
+`SnapshotReader.read(key)` gathers the manager job, whether it is claimed and where it
+is placed, its worker's state, its mirror (or the tombstone of one deleted under it),
+its runtime and demand (computed once per job generation and runtime version), its
+priority, and the scheduler's reservation for it. Nothing here writes anything: the
+snapshot is the input of `decide`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from dispatcher.api import constants as c
+from dispatcher.clock import Clock
+from dispatcher.config import DispatcherConfig
+from dispatcher.controllers.jobs.memory import JobMemory
+from dispatcher.controllers.jobs.priority import PriorityCache
+from dispatcher.controllers.scheduling import SchedulingLoop
+from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
+from dispatcher.kinds import JobKind
+from dispatcher.kube.informer import Informer
+from dispatcher.placement.ledger import Ledger
+from dispatcher.placement.selector import parse_selector
+from dispatcher.placement.validation import DemandError
+
+JSON = dict[str, Any]
+
+
+def job_key(obj: JSON) -> str:
+    return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+
+
+def annotations_of(job: JSON) -> dict[str, str]:
+    return job["metadata"].get("annotations") or {}
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    name: str
+    usable: bool
+    lost_for: float | None
+    """Seconds since the worker became unreachable; None while it is reachable."""
+    draining: bool
+    message: str
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    key: str
+    now: float
+    """Monotonic time of the reading."""
+    job: JSON | None = None
+    claimed: bool = False
+    placed_on: str | None = None
+    """The worker of the placement annotation, while the finalizer holds it."""
+    booked: bool = False
+    """Whether the ledger books the job on `placed_on`."""
+    worker: WorkerState | None = None
+    mirror: JSON | None = None
+    tombstone: JSON | None = None
+    runtime: JSON | None = None
+    runtime_name: str = ""
+    demand: dict[str, Fraction] | None = None
+    demand_error: DemandError | None = None
+    priority: int = 0
+    reservation: str | None = None
+
+    @property
+    def uid(self) -> str:
+        assert self.job is not None
+        return str(self.job["metadata"]["uid"])
+
+
+class SnapshotReader:
+    def __init__(self, *, config: DispatcherConfig, kind: JobKind, trainjobs: Informer,
+                 runtimes: dict[str, Informer], registry: WorkerRegistry, ledger: Ledger,
+                 scheduling: SchedulingLoop, priorities: PriorityCache,
+                 clock: Clock) -> None:
+        self._config = config
+        self._kind = kind
+        self._jobs = trainjobs
+        self._runtimes = runtimes
+        self._registry = registry
+        self._ledger = ledger
+        self._scheduling = scheduling
+        self._priorities = priorities
+        self._clock = clock
+        self._claim_selector = parse_selector(config.claim.label_selector)
+        self._parsed_runtimes: dict[str, tuple[str, Any]] = {}
+
+    def claimed(self, job: JSON) -> bool:
+        spec = job.get("spec") or {}
+        if spec.get("managedBy") != self._config.claim.managed_by:
+            return False
+        metadata = job["metadata"]
+        namespaces = self._config.claim.namespaces
+        if namespaces and metadata.get("namespace") not in namespaces:
+            return False
+        return self._claim_selector(metadata.get("labels") or {})
+
+    def runtime_of(self, job: JSON) -> tuple[str, JSON | None]:
+        """("ClusterTrainingRuntime 'name'", the runtime from the caches or None)."""
+        ref = self._kind.runtime_ref(job)
+        if ref is None:
+            return "", None
+        kind, key = ref
+        informer = self._runtimes.get(kind)
+        return f"{kind} {key.rsplit('/', 1)[-1]!r}", informer.get(key) if informer else None
+
+    async def read(self, key: str, memory: JobMemory | None) -> JobSnapshot:
+        now = self._clock.monotonic()
+        job = self._jobs.get(key)
+        if job is None or not self.claimed(job):
+            return JobSnapshot(key=key, now=now, job=job)
+        uid = job["metadata"]["uid"]
+        worker_name = annotations_of(job).get(c.ANNOTATION_CLUSTER)
+        has_finalizer = c.FINALIZER in (job["metadata"].get("finalizers") or [])
+        placed_on = worker_name if worker_name and has_finalizer else None
+        runtime_name, runtime = self.runtime_of(job)
+        demand, error = self.demand(job, runtime, memory)
+        connection = self._registry.get(placed_on) if placed_on else None
+        mirror = None
+        if connection is not None and connection.usable():
+            assert connection.mirrors is not None
+            mirror = connection.mirrors.get(key)
+        tombstone = None
+        if memory is not None and memory.tombstone and memory.tombstone[0] == placed_on:
+            tombstone = memory.tombstone[1]
+        booking = self._ledger.get(uid)
+        pending = placed_on is None and not job["metadata"].get("deletionTimestamp")
+        return JobSnapshot(
+            key=key, now=now, job=job, claimed=True, placed_on=placed_on,
+            booked=booking is not None and booking.worker == placed_on,
+            worker=self._worker_state(connection) if connection else None,
+            mirror=mirror, tombstone=tombstone, runtime=runtime, runtime_name=runtime_name,
+            demand=demand, demand_error=error,
+            priority=await self._priorities.priority(job) if pending and demand else 0,
+            reservation=self._scheduling.reservation(uid),
+        )
+
+    def _worker_state(self, worker: WorkerConnection) -> WorkerState:
+        lost_for = (self._clock.time() - worker.lost_since
+                    if worker.lost_since is not None else None)
+        return WorkerState(name=worker.name, usable=worker.usable(), lost_for=lost_for,
+                           draining=worker.spec.drain, message=worker.message)
+
+    def demand(self, job: JSON, runtime: JSON | None, memory: JobMemory | None
+                ) -> tuple[dict[str, Fraction] | None, DemandError | None]:
+        """The job's demand, computed once per job generation and runtime version."""
+        if runtime is None:
+            return None, None
+        version = (int(job["metadata"].get("generation", 0)),
+                   str(runtime["metadata"].get("resourceVersion", "")))
+        if memory is not None and memory.demand is not None and memory.demand[0] == version:
+            return memory.demand[1], None
+        try:
+            demand = self._kind.demand(job, runtime, self._parsed(runtime),
+                                       mode=self._config.placement.demand_mode)
+        except DemandError as error:
+            return None, error
+        if memory is not None:
+            memory.demand = (version, demand)
+        return demand, None
+
+    def _parsed(self, runtime: JSON) -> Any:
+        """The runtime parsed once per version of it (a DemandError when it cannot be)."""
+        metadata = runtime["metadata"]
+        key = f"{runtime.get('kind')}/{metadata.get('namespace', '')}/{metadata['name']}"
+        version = metadata.get("resourceVersion", "")
+        cached = self._parsed_runtimes.get(key)
+        if cached is None or cached[0] != version:
+            cached = (version, self._kind.parse_runtime(runtime))
+            self._parsed_runtimes[key] = cached
+        return cached[1]

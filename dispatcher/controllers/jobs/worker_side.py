@@ -1,0 +1,111 @@
+"""The writes on a worker: create a job's mirror, delete it. Only ever our own.
+
+A create that meets a 409 reads what is there and accepts it only when it carries our
+origin label and the manager job's UID; anything else there is a name conflict. A
+refusal (400, 403, 404, 409, 422) is the worker rejecting the mirror. Deletes carry the
+mirror's UID as a precondition, so a mirror re-created a moment ago is never lost, and
+an object we did not create is never touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from dispatcher.api import constants as c
+from dispatcher.controllers.jobs.memory import JobMemory
+from dispatcher.controllers.jobs.snapshot import job_key
+from dispatcher.controllers.workers import WorkerConnection
+from dispatcher.kinds import JobKind
+from dispatcher.kube.resource import NAMESPACES, Resource, message_of
+from dispatcher.observability.metrics import Metrics
+
+JSON = dict[str, Any]
+_REJECTION_CODES = {400, 403, 404, 409, 422}
+
+
+@dataclass(frozen=True)
+class Refused:
+    reason: str
+    message: str
+
+
+class WorkerWriter:
+    def __init__(self, *, kind: JobKind, origin: str, create_namespaces: bool,
+                 metrics: Metrics) -> None:
+        self.kind = kind
+        self.origin = origin
+        self.create_namespaces = create_namespaces
+        self.metrics = metrics
+        self._namespaces: dict[str, set[str]] = {}
+
+    def forget_worker(self, worker: str) -> None:
+        self._namespaces.pop(worker, None)
+
+    async def _ensure_namespace(self, worker: WorkerConnection, namespace: str) -> None:
+        known = self._namespaces.setdefault(worker.name, set())
+        if namespace in known or not self.create_namespaces:
+            return
+        assert worker.client is not None
+        try:
+            await Resource(worker.client, NAMESPACES).create(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        known.add(namespace)
+
+    async def create_mirror(self, job: JSON, worker: WorkerConnection
+                            ) -> tuple[JSON, bool] | Refused:
+        """(the mirror now on the worker, whether this call created it), or why not."""
+        assert worker.client is not None and worker.mirrors is not None
+        metadata = job["metadata"]
+        body = self.kind.build_mirror(job, origin=self.origin,
+                                      local_queue=worker.spec.local_queue)
+        remote = Resource(worker.client, self.kind.kind)
+        await self._ensure_namespace(worker, metadata["namespace"])
+        try:
+            created = await remote.create(body, namespace=metadata["namespace"])
+        except ApiException as error:
+            if error.status == 409:
+                existing = await remote.get(metadata["name"], namespace=metadata["namespace"])
+                if existing is not None and self.kind.is_ours(
+                        existing, manager_uid=metadata["uid"], origin=self.origin):
+                    worker.mirrors.remember(existing)
+                    return existing, False
+                return Refused(c.REASON_NAME_CONFLICT,
+                               f"{job_key(job)} already exists on {worker.name} and was not "
+                               "created by this dispatcher")
+            if error.status in _REJECTION_CODES:
+                return Refused(c.REASON_MIRROR_REJECTED,
+                               f"{worker.name} rejected the mirror: {message_of(error)}")
+            self.metrics.dispatch_errors.labels(worker.name, f"http-{error.status}").inc()
+            raise
+        worker.mirrors.remember(created)
+        return created, True
+
+    async def delete_mirror(self, worker: WorkerConnection | None, job: JSON,
+                            memory: JobMemory) -> bool:
+        """Delete our mirror of `job` if the worker is reachable; True when it is gone."""
+        if worker is None or not worker.usable():
+            return False
+        assert worker.client is not None and worker.mirrors is not None
+        key = job_key(job)
+        mirror = worker.mirrors.get(key)
+        if mirror is None or not self.kind.is_ours(mirror, manager_uid=job["metadata"]["uid"],
+                                                   origin=self.origin):
+            return True
+        metadata = mirror["metadata"]
+        memory.deleted_mirrors.add(metadata["uid"])
+        try:
+            await Resource(worker.client, self.kind.kind).delete(
+                metadata["name"], namespace=metadata["namespace"], uid=metadata["uid"])
+        except ApiException as error:
+            memory.deleted_mirrors.discard(metadata["uid"])
+            if error.status != 409:
+                raise
+        worker.mirrors.forget(key)
+        memory.tombstone = None
+        return True

@@ -1,0 +1,130 @@
+"""Kubeflow TrainJobs (`trainer.kubeflow.org/v1alpha1`) as a job kind.
+
+The runtime is the ClusterTrainingRuntime or TrainingRuntime of `spec.runtimeRef`; the
+demand is `placement.demand` of the two. A mirror has the job's namespace, name and spec
+without `managedBy` (so the worker's own trainer runs it), the origin label and the
+manager's UID. It runs while a replicated job has active or ready pods, ends with a
+True `Complete` or `Failed` condition, and was evicted by the worker when it is
+suspended after it started (the dispatcher never suspends a mirror; it deletes it).
+"""
+
+from __future__ import annotations
+
+import copy
+from fractions import Fraction
+from typing import Any
+
+from dispatcher.api import constants as c
+from dispatcher.api.conditions import condition
+from dispatcher.api.trainer import (
+    CONDITION_COMPLETE,
+    CONDITION_FAILED,
+    CONDITION_SUSPENDED,
+    GROUP,
+    TRAINJOBS,
+    VERSION,
+)
+from dispatcher.placement.demand import demand_with_spec, parse_runtime
+from dispatcher.placement.options import DemandMode
+
+JSON = dict[str, Any]
+CLUSTER_RUNTIME = "ClusterTrainingRuntime"
+NAMESPACED_RUNTIME = "TrainingRuntime"
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+_SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp",
+                    "managedFields", "deletionTimestamp", "deletionGracePeriodSeconds",
+                    "ownerReferences", "finalizers", "selfLink")
+
+
+class TrainJobKind:
+    """Mirrors of Kubeflow TrainJobs."""
+
+    kind = TRAINJOBS
+    status_fields: tuple[str, ...] = ("conditions", "jobsStatus", "trainerStatus")
+
+    def probe_path(self) -> str:
+        return f"/apis/{GROUP}/{VERSION}"
+
+    def runtime_ref(self, job: JSON) -> tuple[str, str]:
+        ref = (job.get("spec") or {}).get("runtimeRef") or {}
+        if ref.get("kind", CLUSTER_RUNTIME) == NAMESPACED_RUNTIME:
+            return NAMESPACED_RUNTIME, f"{job['metadata']['namespace']}/{ref.get('name')}"
+        return CLUSTER_RUNTIME, str(ref.get("name"))
+
+    def parse_runtime(self, runtime: JSON) -> Any:
+        return parse_runtime(runtime)
+
+    def demand(self, job: JSON, runtime: JSON, parsed_runtime: Any, *,
+               mode: DemandMode) -> dict[str, Fraction]:
+        name = f"{runtime.get('kind')} {runtime['metadata']['name']!r}"
+        return demand_with_spec(job, parsed_runtime, mode=mode, runtime_name=name)
+
+    def build_mirror(self, job: JSON, *, origin: str, local_queue: str) -> JSON:
+        """Same namespace, name and spec without `managedBy`; origin label, manager UID."""
+        metadata = job["metadata"]
+        labels = dict(metadata.get("labels") or {})
+        labels[c.LABEL_ORIGIN] = origin
+        if local_queue:
+            labels[c.LABEL_KUEUE_QUEUE] = local_queue
+        annotations = {
+            k: v for k, v in (metadata.get("annotations") or {}).items()
+            if not k.startswith(f"{c.PREFIX}/") and k != _LAST_APPLIED
+        }
+        annotations[c.ANNOTATION_MANAGER_UID] = metadata["uid"]
+        spec = copy.deepcopy(job["spec"])
+        spec.pop("managedBy", None)
+        mirror_metadata = {k: v for k, v in metadata.items() if k not in _SERVER_METADATA}
+        mirror_metadata.update(labels=labels, annotations=annotations)
+        return {"apiVersion": self.kind.api_version, "kind": "TrainJob",
+                "metadata": mirror_metadata, "spec": spec}
+
+    def is_ours(self, remote: JSON, *, manager_uid: str | None, origin: str) -> bool:
+        metadata = remote.get("metadata") or {}
+        if (metadata.get("labels") or {}).get(c.LABEL_ORIGIN) != origin:
+            return False
+        if manager_uid is None:
+            return True
+        return bool((metadata.get("annotations") or {}).get(c.ANNOTATION_MANAGER_UID)
+                    == manager_uid)
+
+    def remote_status(self, remote: JSON) -> JSON:
+        status = remote.get("status") or {}
+        return {k: copy.deepcopy(status[k]) for k in self.status_fields if status.get(k)}
+
+    def finished(self, status: JSON | None) -> JSON | None:
+        for type_ in (CONDITION_FAILED, CONDITION_COMPLETE):
+            cond = condition(status, type_)
+            if cond and cond.get("status") == "True":
+                return cond
+        return None
+
+    def failed(self, finished: JSON) -> bool:
+        return finished.get("type") == CONDITION_FAILED
+
+    def running(self, remote: JSON | None) -> bool:
+        status = (remote or {}).get("status") or {}
+        return any(js.get("active") or js.get("ready") for js in status.get("jobsStatus") or [])
+
+    def evicted_remotely(self, remote: JSON) -> str | None:
+        """A message when the worker suspended a mirror that had started, else None."""
+        status = remote.get("status") or {}
+        suspended = condition(status, CONDITION_SUSPENDED)
+        started = any((js.get("active") or js.get("ready") or js.get("succeeded"))
+                      for js in status.get("jobsStatus") or [])
+        if suspended and suspended.get("status") == "True" and (
+            started or suspended.get("reason") not in (None, "", "Suspended")
+        ):
+            return suspended.get("message") or suspended.get("reason") or "suspended by worker"
+        if (remote.get("spec") or {}).get("suspend") and started:
+            return "the worker suspended the mirror after it had started"
+        return None
+
+    def failed_condition(self, reason: str, message: str, now: str) -> JSON:
+        return {"type": CONDITION_FAILED, "status": "True", "reason": reason,
+                "message": message, "lastTransitionTime": now}
+
+    def suspended_condition(self, status: JSON | None, now: str) -> JSON:
+        previous = condition(status, CONDITION_SUSPENDED)
+        return {"type": CONDITION_SUSPENDED, "status": "True", "reason": "Suspended",
+                "message": "TrainJob is suspended",
+                "lastTransitionTime": (previous or {}).get("lastTransitionTime") or now}
