@@ -128,6 +128,12 @@ class Dispatcher:
             self._tasks.start_once(f"worker/{worker.name}/gc-on-connect",
                                    lambda: self._collect_then_open(worker))
 
+    def _collect_soon(self, name: str) -> None:
+        assert self._gc is not None and self.registry is not None
+        worker, gc = self.registry.get(name), self._gc
+        if worker is not None:
+            self._tasks.start_once(f"worker/{name}/gc", lambda: gc.collect_quietly(worker))
+
     async def _collect_then_open(self, worker: WorkerConnection) -> None:
         """Collect the worker's stale mirrors, then offer it to the scheduler."""
         assert self._gc is not None and self._scheduling is not None
@@ -284,6 +290,7 @@ class Dispatcher:
             scheduling=self._scheduling, trainjobs=trainjobs,
             runtimes={CLUSTER_RUNTIME: cluster_runtimes, NAMESPACED_RUNTIME: runtimes},
             queue=queue, events=events, metrics=self.metrics, clock=self.clock,
+            collect=self._collect_soon,
         )
         self._worker_clusters = WorkerClustersController(
             config=cfg, registry=self.registry, capacity_of=self.capacity_of,

@@ -86,16 +86,20 @@ class GarbageCollector:
                          extra={"job": key, "worker": worker.name})
         return deleted
 
+    async def collect_quietly(self, worker: WorkerConnection) -> None:
+        """`collect`, with a failure logged (the next periodic run tries again)."""
+        if not worker.usable():
+            return
+        try:
+            await self.collect(worker)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.warning("garbage collection on %s failed: %s", worker.name, error)
+
     async def collect_all(self) -> None:
         for worker in list(self._registry.workers.values()):
-            if not worker.usable():
-                continue
-            try:
-                await self.collect(worker)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                log.warning("garbage collection on %s failed: %s", worker.name, error)
+            await self.collect_quietly(worker)
 
     async def run(self) -> None:
         while True:

@@ -16,7 +16,9 @@ The watch works in three layers, like kopf's:
 Handlers get `(event_type, object)` for every change, including the synthetic ones a
 relist finds; they must not block: the controllers only map them to keys and enqueue.
 A change this process made and `remember`ed is not emitted again when its watch event
-arrives: the controller that wrote it already acted on it.
+arrives: the controller that wrote it already acted on it. The answer to a write that
+arrives after the watch reported the object deleted (the last finalizer removed) is not
+remembered: the cache never holds a ghost of a deleted object.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ class Informer:
         self.settings = settings or InformerSettings()
         self.name = name or f"{resource.client.name}/{resource.kind.plural}"
         self.store: dict[str, JSON] = {}
+        self._deleted: dict[str, int] = {}
+        """Recently deleted keys and the revision of their deletion (bounded)."""
         self.synced = asyncio.Event()
         self.restarts = 0
         self._handlers: list[EventHandler] = []
@@ -108,6 +112,9 @@ class Informer:
         the watch event arrives (client-go's mutation cache).
         """
         key = object_key(obj)
+        deleted_at = self._deleted.get(key)
+        if deleted_at is not None and _revision(obj) <= deleted_at:
+            return  # the answer to a write that the watch already reported deleted
         cached = self.store.get(key)
         if cached is None or _newer(obj, cached):
             self.store[key] = _trimmed(obj)
@@ -238,7 +245,11 @@ class Informer:
         key = object_key(obj)
         if event_type == DELETED:
             self.store.pop(key, None)
+            self._deleted[key] = _revision(obj)
+            if len(self._deleted) > _DELETED_KEPT:
+                del self._deleted[next(iter(self._deleted))]
         else:
+            self._deleted.pop(key, None)
             cached = self.store.get(key)
             if cached is not None and _same_version(cached, obj):
                 return  # the echo of this process's own write, already `remember`ed
@@ -256,6 +267,16 @@ def _trimmed(obj: JSON) -> JSON:
 def _same_version(a: JSON, b: JSON) -> bool:
     return bool(a["metadata"].get("resourceVersion")) and (
         a["metadata"].get("resourceVersion") == b["metadata"].get("resourceVersion"))
+
+
+_DELETED_KEPT = 4096
+
+
+def _revision(obj: JSON) -> int:
+    try:
+        return int(obj["metadata"]["resourceVersion"])
+    except (KeyError, ValueError):
+        return 0
 
 
 def _newer(a: JSON, b: JSON) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from dispatcher.api import constants as c
@@ -82,8 +83,11 @@ class JobsController:
         events: EventRecorder,
         metrics: Metrics,
         clock: Clock,
+        collect: Callable[[str], None] = lambda worker: None,
     ) -> None:
         self.config = config
+        self._collect = collect
+        """Ask for a garbage collection of one worker's orphan mirrors, soon."""
         self.registry = registry
         self.kind = kind
         self.ledger = ledger
@@ -116,11 +120,25 @@ class JobsController:
         if event_type == DELETED:
             self.scheduling.withdraw(uid)
             self.memories.forget(uid)
+            self._gone_while_placed(uid)
         else:
             memory = self.memories.of(uid)
             if memory.first_seen is None:
                 memory.first_seen = self.clock.monotonic()
         self.queue.add(job_key(obj))
+
+    def _gone_while_placed(self, uid: str) -> None:
+        """A job deleted with its placement standing (the API server can delete an object
+        whose finalizer was added a moment before): its quota is released and its
+        worker collected at once, which deletes the mirror as an orphan."""
+        booking = self.ledger.release(uid)
+        if booking is None:
+            return
+        log.warning("%s was deleted while placed on %s; its mirror is collected",
+                    booking.key, booking.worker, extra={"job": booking.key,
+                                                        "worker": booking.worker})
+        self.scheduling.trigger()
+        self._collect(booking.worker)
 
     def _memory_of_mirror(self, mirror: JSON) -> JobMemory | None:
         """The memory of the live manager job `mirror` belongs to, if there is one."""

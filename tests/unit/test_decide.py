@@ -1,0 +1,213 @@
+"""The life of a job as a decision table: every arrow of docs/architecture.md, pure.
+
+Each row builds the snapshot the controller would read from its caches at a given time
+and checks the one action `decide` returns; no cluster, no clock but the snapshot's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from dispatcher.api import constants as c
+from dispatcher.config import DispatcherConfig
+from dispatcher.controllers.jobs import decide as d
+from dispatcher.controllers.jobs.memory import JobMemory
+from dispatcher.controllers.jobs.snapshot import JobSnapshot, WorkerState
+from dispatcher.kinds.trainjob import TrainJobKind
+from dispatcher.placement.validation import DemandError
+from tests.factories import condition, trainjob
+
+KIND = TrainJobKind()
+CONFIG = DispatcherConfig.model_validate({
+    "mirror": {"origin": "o", "maxEvictions": 3, "requeueBackoffSeconds": 2},
+    "workers": {"lostTimeoutSeconds": 60, "probeIntervalSeconds": 5},
+})
+NOW = 1000.0
+UID = "uid-1"
+DEMAND = {"cpu": Fraction(2), "pods": Fraction(1)}
+RUNTIME = {"kind": "ClusterTrainingRuntime", "metadata": {"name": "torch"}}
+ACTIVE = WorkerState(name="w", usable=True, lost_for=None, draining=False, message="connected")
+
+
+def job(*, placed: bool = False, evictions: int = 0, deleting: bool = False,
+        suspend: bool = False, status: dict[str, Any] | None = None,
+        annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    obj = trainjob("j", "ns", suspend=suspend or None, annotations=dict(annotations or {}))
+    obj["metadata"].update(uid=UID, resourceVersion="7", creationTimestamp="2026-12-02T00:00:00Z")
+    meta_annotations = obj["metadata"].setdefault("annotations", {})
+    if placed:
+        meta_annotations[c.ANNOTATION_CLUSTER] = "w"
+        obj["metadata"]["finalizers"] = [c.FINALIZER]
+    if evictions:
+        meta_annotations[c.ANNOTATION_EVICTIONS] = str(evictions)
+    if deleting:
+        obj["metadata"]["deletionTimestamp"] = "2026-12-02T00:01:00Z"
+    if status:
+        obj["status"] = status
+    return obj
+
+
+def mirror(*, uid: str = UID, origin: str = "o", status: dict[str, Any] | None = None,
+           suspend: bool = False) -> dict[str, Any]:
+    body = KIND.build_mirror(job(), origin=origin, local_queue="")
+    body["metadata"]["annotations"][c.ANNOTATION_MANAGER_UID] = uid
+    body["spec"]["suspend"] = suspend or None
+    if status:
+        body["status"] = status
+    return body
+
+
+def pending(**kw: Any) -> JobSnapshot:
+    fields: dict[str, Any] = dict(key="ns/j", now=NOW, job=job(), claimed=True,
+                                  runtime=RUNTIME, runtime_name="ClusterTrainingRuntime 'torch'",
+                                  demand=DEMAND)
+    fields.update(kw)
+    return JobSnapshot(**fields)
+
+
+def placed(*, worker: WorkerState | None = ACTIVE, **kw: Any) -> JobSnapshot:
+    fields: dict[str, Any] = dict(job=job(placed=True), placed_on="w", booked=True,
+                                  worker=worker)
+    fields.update(kw)
+    return pending(**fields)
+
+
+def lost(seconds: float | None, *, usable: bool = False) -> WorkerState:
+    return dataclasses.replace(ACTIVE, usable=usable, lost_for=seconds, message="timeout")
+
+
+COMPLETE = {"conditions": [condition("Complete", "AllJobsCompleted", "done")]}
+FAILED = {"conditions": [condition("Failed", "NodeLost", "node died")]}
+RUNNING = {"jobsStatus": [{"name": "node", "active": 1, "ready": 1}]}
+PREEMPTED = {"conditions": [condition("Suspended", "Preempted", "by a higher priority")],
+             **RUNNING}
+
+ROWS: list[tuple[str, JobSnapshot, JobMemory, d.Action]] = [
+    # gone / unclaimed
+    ("gone", JobSnapshot(key="ns/j", now=NOW), JobMemory(), d.Forget()),
+    ("not claimed", pending(claimed=False), JobMemory(), d.Forget()),
+    # wait
+    ("wait: suspended", pending(job=job(suspend=True)), JobMemory(),
+     d.Wait(c.REASON_SUSPENDED, "suspended: not dispatched")),
+    ("wait: runtime missing", pending(runtime=None, demand=None), JobMemory(),
+     d.Wait(c.REASON_RUNTIME_NOT_FOUND, "ClusterTrainingRuntime 'torch' does not exist on "
+            "the manager; the job is placed once it does")),
+    ("wait: invalid resources",
+     pending(demand=None, demand_error=DemandError("spec.trainer.numNodes: 0 must be at "
+                                                   "least 1", reason=c.REASON_INVALID_RESOURCES)),
+     JobMemory(), d.Wait(c.REASON_INVALID_RESOURCES,
+                         "not dispatched: spec.trainer.numNodes: 0 must be at least 1",
+                         warn=True)),
+    ("wait: eviction backoff", pending(), JobMemory(not_before=NOW + 3), d.Requeue(3.0)),
+    # place
+    ("place: reserved", pending(reservation="w"), JobMemory(), d.RecordPlacement("w", DEMAND)),
+    ("placed after a restart: book it", placed(booked=False), JobMemory(), d.Book("w")),
+    # mirror and sync
+    ("mirror: create", placed(), JobMemory(), d.CreateMirror("w")),
+    ("sync: copy status", placed(mirror=mirror(status=RUNNING)), JobMemory(),
+     d.SyncStatus("w", mirror(status=RUNNING))),
+    # finish
+    ("finish: mirror complete", placed(mirror=mirror(status=COMPLETE)), JobMemory(),
+     d.Finish("w", mirror(status=COMPLETE), COMPLETE["conditions"][0])),
+    ("finish: complete mirror deleted by a TTL",
+     placed(tombstone=mirror(status=COMPLETE)), JobMemory(),
+     d.Finish("w", mirror(status=COMPLETE), COMPLETE["conditions"][0])),
+    ("finished on the manager: mirror deleted first",
+     placed(job=job(placed=True, status=COMPLETE), mirror=mirror(status=COMPLETE)),
+     JobMemory(), d.DeleteMirror("w")),
+    ("finished on the manager, mirror gone: finalizer dropped",
+     placed(job=job(placed=True, status=COMPLETE)), JobMemory(), d.DropFinalizer()),
+    ("finished, never placed: forget", pending(job=job(status=COMPLETE)), JobMemory(),
+     d.Forget()),
+    # evict
+    ("evict: mirror deleted under the job", placed(tombstone=mirror()), JobMemory(),
+     d.Unplace("w", c.REASON_MIRROR_GONE, "the mirror on worker w was deleted; requeued",
+               eviction=True, evictions=1, backoff=2.0)),
+    ("evict: preempted by the worker's Kueue", placed(mirror=mirror(status=PREEMPTED)),
+     JobMemory(), d.Unplace("w", c.REASON_MIRROR_EVICTED,
+                            "evicted on worker w: by a higher priority; requeued",
+                            eviction=True, evictions=1, backoff=2.0)),
+    ("evict: a failure the job retries",
+     placed(job=job(placed=True, annotations={c.ANNOTATION_RETRY_ON_REASONS: "NodeLost"}),
+            mirror=mirror(status=FAILED)), JobMemory(),
+     d.Unplace("w", c.REASON_RETRYING_FAILURE, "failed on worker w with NodeLost, which the "
+               "job retries; requeued", eviction=True, evictions=1, backoff=2.0)),
+    ("finish: a failure the job does not retry", placed(mirror=mirror(status=FAILED)),
+     JobMemory(), d.Finish("w", mirror(status=FAILED), FAILED["conditions"][0])),
+    ("evict: third time fails the job",
+     placed(job=job(placed=True, evictions=2), tombstone=mirror()), JobMemory(),
+     d.Unplace("w", c.REASON_MIRROR_GONE, "the mirror on worker w was deleted; requeued",
+               eviction=True, evictions=3, fail=True, backoff=8.0)),
+    ("evict: drained, not counted", placed(worker=dataclasses.replace(ACTIVE, draining=True)),
+     JobMemory(), d.Unplace("w", c.REASON_DRAINED, "worker w is being drained; requeued",
+                            eviction=True)),
+    ("suspended while placed: taken off, not an eviction",
+     placed(job=job(placed=True, suspend=True)), JobMemory(),
+     d.Unplace("w", c.REASON_SUSPENDED, "suspended: mirror removed and quota released",
+               eviction=False)),
+    # reject
+    ("reject: the name is taken by someone else", placed(mirror=mirror(uid="other")),
+     JobMemory(), d.Reject("w", c.REASON_NAME_CONFLICT, "ns/j on w is not a mirror of this job")),
+    # delete
+    ("delete: mirror first", placed(job=job(placed=True, deleting=True), mirror=mirror()),
+     JobMemory(), d.DeleteMirror("w")),
+    ("delete: then the finalizer", placed(job=job(placed=True, deleting=True)), JobMemory(),
+     d.DropFinalizer()),
+    ("delete: worker unreachable, not yet given up",
+     placed(job=job(placed=True, deleting=True), worker=lost(10)), JobMemory(), d.Requeue(5.0)),
+    ("delete: worker lost past the timeout is given up on",
+     placed(job=job(placed=True, deleting=True), worker=lost(61)), JobMemory(),
+     d.DropFinalizer()),
+    ("delete while pending: forget", pending(job=job(deleting=True)), JobMemory(), d.Forget()),
+    # worker lost
+    ("worker lost past the timeout: evict", placed(worker=lost(75)), JobMemory(),
+     d.Unplace("w", c.REASON_WORKER_LOST, "worker w lost for 75s (timeout); requeued",
+               eviction=True, evictions=1, backoff=2.0)),
+    ("worker unregistered: evict", placed(worker=None), JobMemory(),
+     d.Unplace("w", c.REASON_WORKER_LOST, "worker w is no longer registered; requeued",
+               eviction=True, evictions=1, backoff=2.0)),
+    # blip
+    ("blip: lost for 20 of 60 s, wait out the rest", placed(worker=lost(20)), JobMemory(),
+     d.Requeue(40.05)),
+    ("blip: inactive, not lost (no network loss)", placed(worker=lost(None)), JobMemory(),
+     d.Requeue(5.0)),
+]
+
+
+@pytest.mark.parametrize(("snapshot", "memory", "expected"),
+                         [row[1:] for row in ROWS], ids=[row[0] for row in ROWS])
+def test_decide(snapshot: JobSnapshot, memory: JobMemory, expected: d.Action) -> None:
+    assert d.decide(snapshot, memory, CONFIG, kind=KIND) == expected
+
+
+def test_queue_entry_carries_priority_order_and_current_exclusions() -> None:
+    memory = JobMemory(excluded={"w": NOW + 10, "v": NOW - 1})
+    action = d.decide(pending(priority=7), memory, CONFIG, kind=KIND)
+    assert isinstance(action, d.Enqueue)
+    entry = action.entry
+    assert (entry.key, entry.uid, entry.demand, entry.priority) == ("ns/j", UID, DEMAND, 7)
+    assert entry.created == "2026-12-02T00:00:00Z"
+    assert entry.excluded == frozenset({"w"})
+    # The same memory ten seconds later: the worker is offered the job again.
+    later = d.decide(pending(now=NOW + 10), memory, CONFIG, kind=KIND)
+    assert isinstance(later, d.Enqueue) and later.entry.excluded == frozenset()
+
+
+def test_an_unparsable_cluster_selector_is_its_own_reason() -> None:
+    snapshot = pending(job=job(annotations={c.ANNOTATION_CLUSTER_SELECTOR: "gpu in (a"}))
+    action = d.decide(snapshot, JobMemory(), CONFIG, kind=KIND)
+    assert isinstance(action, d.Wait) and action.warn
+    assert action.reason == c.REASON_INVALID_CLUSTER_SELECTOR
+    assert action.message.startswith(
+        f"not dispatched: annotation {c.ANNOTATION_CLUSTER_SELECTOR}: cannot parse")
+
+
+def test_keep_finished_leaves_the_mirror() -> None:
+    keep = CONFIG.model_copy(update={"mirror": CONFIG.mirror.model_copy(
+        update={"keep_finished": True})})
+    snapshot = placed(job=job(placed=True, status=COMPLETE), mirror=mirror(status=COMPLETE))
+    assert d.decide(snapshot, JobMemory(), keep, kind=KIND) == d.DropFinalizer()
