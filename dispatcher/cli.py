@@ -77,6 +77,8 @@ def _admin_parsers(commands: Any) -> None:
     jobs.add_argument("--kubeconfig", type=Path, help="the manager's kubeconfig")
     jobs.add_argument("-n", "--job-namespace", dest="job_namespace", default=None)
     jobs.add_argument("--managed-by", default=MANAGED_BY_MULTIKUEUE)
+    jobs.add_argument("--limit", type=int, default=None,
+                      help="show at most this many jobs per table (default all)")
 
 
 async def _admin(args: argparse.Namespace) -> int:
@@ -87,7 +89,8 @@ async def _admin(args: argparse.Namespace) -> int:
     console = Console()
     if args.command == "jobs":
         return await a.with_manager(args.kubeconfig, lambda m: a.jobs_list(
-            m, namespace=args.job_namespace, managed_by=args.managed_by, console=console))
+            m, namespace=args.job_namespace, managed_by=args.managed_by, console=console,
+            limit=args.limit))
     verb = args.verb
     if verb == "add":
         return await a.with_manager(args.kubeconfig, lambda m: a.cluster_add(
