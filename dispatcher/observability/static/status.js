@@ -32,7 +32,8 @@ function drawWorkers(workers) {
     el("div", { class: "title" }, el("span", {}, w.name),
       el("span", { class: `state-${w.active}` }, w.active === "True" ? "active" : "inactive")),
     el("div", { class: "reason" },
-      `${w.reason}${w.message ? ": " + w.message : ""} · ${w.mirrors} mirrors · ${w.flags}`),
+      `${w.reason}${w.message ? ": " + w.message : ""} · ${w.mirrors} mirrors`
+      + (w.flags === "-" ? "" : ` · ${w.flags}`)),
     ...w.resources.map(bar))));
   if (!workers.length) box.replaceChildren(el("p", { class: "muted" }, "no workers"));
 }
