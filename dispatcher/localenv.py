@@ -212,6 +212,12 @@ async def _prepare(plane: LocalControlPlane, clients: dict[str, ClusterClient],
                               kubeconfig=plane.clusters[name].kubeconfig(), quota=quota)
 
 
+def _workers_open(dispatcher: Dispatcher) -> bool:
+    registry = dispatcher.registry
+    return registry is not None and len(registry.workers) == len(QUOTAS) and all(
+        w.usable() and w.collected for w in registry.workers.values())
+
+
 def _write_kubeconfigs(plane: LocalControlPlane, directory: Path) -> None:
     for name, cluster in plane.clusters.items():
         target = directory / f"{name}.kubeconfig"
@@ -259,6 +265,10 @@ async def _serve(plane: LocalControlPlane, clients: dict[str, ClusterClient], *,
             group.create_task(trainer.run(), name=f"simulated-trainer/{trainer.client.name}")
         async with asyncio.timeout(60):
             await dispatcher.ready.wait()
+            while True:  # worker connections have no event to wait on
+                if _workers_open(dispatcher):
+                    break
+                await asyncio.sleep(0.2)
         await wait_for_opt_in(clients["manager"])
         _write_kubeconfigs(plane, directory)
         info = Environment(directory, plane, dispatcher).info()
