@@ -119,8 +119,8 @@ class Dispatcher:
         return effective_used(ledger, worker.live_used, running)
 
     def status_view(self, offset: int = 0, limit: int = 50) -> StatusView:
-        """The status page's view from the caches; what `dispatcher jobs` and
-        `dispatcher cluster list` would show from the objects."""
+        """The status page's view from the caches (the jobs this dispatcher claims); what
+        `dispatcher jobs` and `dispatcher cluster list` would show from the objects."""
         workers: list[WorkerRow] = []
         jobs: list[dict[str, Any]] = []
         priorities: dict[str, int] = {}
@@ -132,7 +132,7 @@ class Dispatcher:
                 workers.append(worker_row(worker.name, {"cordoned": worker.spec.cordoned,
                                                         "drain": worker.spec.drain}, status))
         if self.jobs is not None and self._scheduling is not None:
-            jobs = list(self.jobs.trainjobs.store.values())
+            jobs = [j for j in self.jobs.trainjobs.store.values() if self.jobs.claimed(j)]
             priorities = {p.key: p.priority for p in self._scheduling.pending.values()}
         return build_view(workers=workers, jobs=jobs, managed_by=self.config.claim.managed_by,
                           priorities=priorities,

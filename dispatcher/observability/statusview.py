@@ -17,6 +17,7 @@ and namespace, so it stays small with 10,000 jobs.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -40,6 +41,8 @@ QUEUED_STATES = frozenset({
 (Unschedulable, RuntimeNotFound, Suspended) wait for a change, not for quota."""
 PLACED_STATES = frozenset({js.STATE_PLACED, js.STATE_RUNNING})
 FINAL_STATES = frozenset({js.STATE_COMPLETE, js.STATE_FAILED})
+_POSITION_NOTE = re.compile(r" \(position \d+ in the queue\)$")
+"""The position the Dispatched message had when written; the view gives the current one."""
 TOP_NAMESPACES = 20
 """Namespaces counted by name; the rest are summed under `(other)`."""
 
@@ -184,7 +187,7 @@ def _dispatched_reason(job: Mapping[str, Any]) -> str:
 def _row(job: Mapping[str, Any], state: JobState, position: int | None = None) -> JobRow:
     metadata = job["metadata"]
     return JobRow(str(metadata.get("namespace", "")), str(metadata["name"]), state.worker,
-                  state.state, state.message, position)
+                  state.state, _POSITION_NOTE.sub("", state.message), position)
 
 
 def _page(rows: list[JobRow], offset: int, limit: int | None) -> Page:

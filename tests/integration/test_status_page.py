@@ -68,11 +68,17 @@ async def test_chromium_renders_workers_bars_the_queue_and_running_jobs(
         await jobs.create(job(name, namespace, cpu), namespace=namespace)
         await asyncio.sleep(1.05)  # creation times a second apart: the queue order is theirs
 
+    seen: list[Any] = []
+
     async def queued() -> Any:
         view = dispatcher.status_view()
+        seen[:] = [view]
         names = [r.name for r in view.queue.items]
         return view if names == ["next-1", "next-2"] and view.placed.total == 2 else None
-    view = await eventually(queued, timeout=20)
+    try:
+        view = await eventually(queued, timeout=20)
+    except AssertionError:
+        raise AssertionError(f"last view: {seen}") from None
     running = next(r for r in view.placed.items if r.name == "big-1")
     mirror = Resource(admin_clients[running.worker], TRAINJOBS)
     await mirror.merge_patch("big-1", {"status": {"jobsStatus": [

@@ -24,7 +24,8 @@ def job(name: str, *, namespace: str = "team", created: str = "2026-12-01T10:00:
     obj["metadata"]["creationTimestamp"] = created
     conditions = []
     if reason is not None:
-        conditions.append(condition(c.CONDITION_DISPATCHED, reason, f"because {name}", "False"))
+        conditions.append(condition(c.CONDITION_DISPATCHED, reason,
+                                    f"because {name} (position 9 in the queue)", "False"))
     if worker is not None:
         obj["metadata"]["annotations"] = {c.ANNOTATION_CLUSTER: worker}
     if final is not None:
@@ -53,6 +54,7 @@ def test_the_queue_is_in_scheduler_order_with_positions_and_held_jobs_apart() ->
     assert [(r.position, r.name) for r in view.queue.items] == [
         (1, "urgent"), (2, "new"), (3, "early"), (4, "late")]
     assert view.queue.items[0].state == c.REASON_NO_ACTIVE_WORKER
+    assert view.queue.items[3].message == "because late"  # the stale position is cut off
     assert [r.name for r in view.placed.items] == ["running"]
     assert view.placed.items[0].worker == "worker-a"
     assert [r.name for r in view.others.items] == ["huge", "done"]
