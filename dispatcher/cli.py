@@ -146,6 +146,8 @@ def _up(args: argparse.Namespace) -> int:
         if error.info.get("kubeconfigs"):
             print(localenv.describe(error.info))
         raise CliError(str(error)) from None
+    except localenv.PortInUse as error:
+        raise CliError(str(error)) from None
     return 0
 
 

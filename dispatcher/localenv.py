@@ -23,6 +23,7 @@ import fcntl
 import json
 import os
 import shutil
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -78,6 +79,21 @@ class AlreadyUp(Exception):
         super().__init__(
             f"a local environment is already up in {directory} (pid {pid or 'unknown'}, "
             f"since {since}); stop it with Ctrl-C where it runs, or kill -INT {pid}")
+
+
+class PortInUse(Exception):
+    """The status page and metrics port is taken."""
+
+
+def check_port(port: int) -> None:
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            raise PortInUse(f"port {port} on 127.0.0.1 is in use (`make demo`?); "
+                            "pass --port 0 to pick a free one") from None
 
 
 class UpLock:
@@ -231,6 +247,7 @@ async def run_up(*, directory: Path, port: int, run_seconds: float,
     lock = UpLock(directory)
     lock.acquire()
     try:
+        check_port(port)
         shutil.rmtree(directory / "clusters", ignore_errors=True)
         print(f"starting a local manager and workers in {directory} ...", file=out, flush=True)
         async with LocalControlPlane(directory=directory / "clusters") as plane:
