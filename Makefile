@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup system-deps controlplane demo test unit lint bench bench-quick soak
+.PHONY: setup system-deps controlplane demo up test unit lint bench bench-quick soak
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -12,16 +12,23 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-# Debian's prometheus (server and promtool) for the metrics end-to-end tests.
+# Debian's prometheus (server and promtool) for the metrics end-to-end tests, and
+# Debian's chromium for the status page's browser test.
 system-deps:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus)
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && \
+	  command -v chromium >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    prometheus chromium)
 
 controlplane:
 	bash controlplane/build.sh
 
 demo: setup controlplane
 	$(VENV)/bin/dispatcher demo
+
+# A local manager and two workers that stay up until Ctrl-C (kubectl, the SDK, the page).
+up: setup controlplane
+	$(VENV)/bin/dispatcher up
 
 test: setup system-deps controlplane
 	$(PY) -m ruff check dispatcher tests bench

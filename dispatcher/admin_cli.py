@@ -1,5 +1,8 @@
 """`dispatcher cluster ...` and `dispatcher jobs`: administering workers and reading jobs.
 
+`cluster list` and `jobs` show what the status page shows, through the same
+`observability.statusview` functions, from the objects they list on the manager.
+
 Every command talks to the manager named by `--kubeconfig` (default `$KUBECONFIG`, then
 `~/.kube/config`). `cluster add` and `cluster rotate-credentials` first prove the new
 kubeconfig works: it is validated, a client connects, and the worker must serve the
@@ -20,12 +23,20 @@ from rich.table import Table
 
 from dispatcher.admin import register_worker, store_kubeconfig
 from dispatcher.api import constants as c
-from dispatcher.api.jobstate import job_state
+from dispatcher.api.kueue import PRIORITY_CLASSES, WORKLOAD_PRIORITY_CLASSES
 from dispatcher.api.trainer import GROUP, TRAINJOBS, VERSION
 from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.kubeconfig import KubeconfigError, parse_kubeconfig
-from dispatcher.kube.resource import Resource, message_of, status_of
+from dispatcher.kube.resource import EVENTS, Resource, message_of, status_of
+from dispatcher.observability.events import CONTROLLER
+from dispatcher.observability.statusview import (
+    JobRow,
+    WorkerRow,
+    build_view,
+    job_key,
+    worker_row_from_object,
+)
 from dispatcher.placement.validation import DemandError, checked_quantities
 
 
@@ -133,45 +144,85 @@ async def cluster_set(manager: ClusterClient, *, name: str, spec: dict[str, Any]
     return 0
 
 
-def _active(obj: dict[str, Any]) -> dict[str, Any]:
-    return next((x for x in (obj.get("status") or {}).get("conditions") or []
-                 if x.get("type") == c.CONDITION_ACTIVE), {})
-
-
-def _amounts(mapping: dict[str, Any] | None) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted((mapping or {}).items())) or "-"
+def _amounts(view: WorkerRow, what: str) -> str:
+    values = ((b.resource, getattr(b, what)) for b in view.resources)
+    return ", ".join(f"{k}={v}" for k, v in values if v is not None) or "-"
 
 
 async def cluster_list(manager: ClusterClient, *, console: Console) -> int:
     listed = await Resource(manager, WORKER_CLUSTERS).list()
     table = Table(title="Worker clusters")
-    for column in ("Name", "Active", "Reason", "Quota", "Used", "Mirrors", "Flags"):
+    for column in ("Name", "Active", "Reason", "Quota", "Used", "Free", "Mirrors", "Flags"):
         table.add_column(column)
-    for obj in sorted(listed["items"], key=lambda o: o["metadata"]["name"]):
-        spec, status = obj.get("spec") or {}, obj.get("status") or {}
-        active = _active(obj)
-        flags = ", ".join(f for f in ("cordoned", "drain") if spec.get(f)) or "-"
-        table.add_row(obj["metadata"]["name"], active.get("status", "Unknown"),
-                      f"{active.get('reason', '')}: {active.get('message', '')}".strip(": "),
-                      _amounts(status.get("quota") or spec.get("quota")),
-                      _amounts(status.get("used")), str(status.get("mirrors", 0)), flags)
+    for row in sorted(map(worker_row_from_object, listed["items"]), key=lambda w: w.name):
+        table.add_row(row.name, row.active, f"{row.reason}: {row.message}".strip(": "),
+                      _amounts(row, "quota"), _amounts(row, "used"), _amounts(row, "free"),
+                      str(row.mirrors), row.flags)
     console.print(table)
     return 0
+
+
+async def _priorities(manager: ClusterClient, jobs: list[dict[str, Any]]) -> dict[str, int]:
+    """Each job's priority as the scheduler sees it: the value of the WorkloadPriorityClass,
+    else the PriorityClass, its `kueue.x-k8s.io/priority-class` label names."""
+    values: dict[str, int] = {}
+    for name in {(j["metadata"].get("labels") or {}).get(c.LABEL_PRIORITY_CLASS) for j in jobs}:
+        if not name:
+            continue
+        for kind in (WORKLOAD_PRIORITY_CLASSES, PRIORITY_CLASSES):
+            found = await Resource(manager, kind).get(name)
+            if found is not None:
+                values[name] = int(found.get("value") or 0)
+                break
+    return {job_key(j): values.get((j["metadata"].get("labels") or {}).get(
+        c.LABEL_PRIORITY_CLASS, ""), 0) for j in jobs}
+
+
+async def _dispatcher_events(manager: ClusterClient, namespace: str | None
+                             ) -> list[dict[str, Any]]:
+    listed = await Resource(manager, EVENTS).list(namespace=namespace)
+    return [e for e in listed["items"] if e.get("reportingController") == CONTROLLER]
+
+
+def _jobs_table(title: str, rows: list[JobRow], *, position: bool = False,
+                worker: bool = True) -> Table:
+    table = Table(title=title)
+    columns = (["#"] if position else []) + ["Namespace", "Name"] + (
+        ["Worker"] if worker else []) + ["State", "Why / where"]
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        cells = ([str(row.position)] if position else []) + [row.namespace, row.name] + (
+            [row.worker or "-"] if worker else []) + [row.state, row.message]
+        table.add_row(*cells)
+    return table
 
 
 async def jobs_list(manager: ClusterClient, *, namespace: str | None, managed_by: str,
-                    console: Console) -> int:
-    listed = await Resource(manager, TRAINJOBS).list(namespace=namespace)
-    table = Table(title="Claimed TrainJobs")
-    for column in ("Namespace", "Name", "Worker", "State", "Why / where"):
-        table.add_column(column)
-    for job in sorted(listed["items"], key=lambda j: (j["metadata"]["namespace"],
-                                                      j["metadata"]["name"])):
-        if (job.get("spec") or {}).get("managedBy") != managed_by:
-            continue
-        state = job_state(job, managed_by=managed_by)
-        table.add_row(job["metadata"]["namespace"], job["metadata"]["name"],
-                      state.worker or "-", state.state, state.message)
-    console.print(table)
+                    console: Console, limit: int | None = None) -> int:
+    """The queue in order, the placed jobs, the held and finished ones, the counts and
+    the recent activity: the status page's view, built from the listed objects."""
+    jobs = (await Resource(manager, TRAINJOBS).list(namespace=namespace))["items"]
+    claimed = [j for j in jobs if (j.get("spec") or {}).get("managedBy") == managed_by]
+    view = build_view(workers=[], jobs=claimed, managed_by=managed_by,
+                      priorities=await _priorities(manager, claimed),
+                      events=await _dispatcher_events(manager, namespace), limit=limit)
+    console.print(_jobs_table(f"Queue ({view.queue.total} waiting)", view.queue.items,
+                              position=True, worker=False))
+    console.print(_jobs_table(f"Placed ({view.placed.total})", view.placed.items))
+    console.print(_jobs_table(f"Held and finished ({view.others.total})", view.others.items,
+                              worker=False))
+    counts = ", ".join(f"{k}={v}" for k, v in view.by_state.items()) or "none"
+    console.print(f"Claimed TrainJobs by state: {counts}")
+    if view.by_reason:
+        console.print("Why they wait: " + ", ".join(
+            f"{k}={v}" for k, v in view.by_reason.items()))
+    if view.recent:
+        recent = Table(title="Recent placements, evictions and rejections")
+        for column in ("Time", "Reason", "TrainJob", "Message"):
+            recent.add_column(column)
+        for a in view.recent:
+            recent.add_row(a.time[:19].replace("T", " "), a.reason,
+                           f"{a.namespace}/{a.name}", a.message)
+        console.print(recent)
     return 0
-

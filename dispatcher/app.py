@@ -32,6 +32,12 @@ from dispatcher.kube.workqueue import Result, WorkQueue
 from dispatcher.observability.events import EventRecorder
 from dispatcher.observability.metrics import Metrics
 from dispatcher.observability.server import HealthServer
+from dispatcher.observability.statusview import (
+    StatusView,
+    WorkerRow,
+    build_view,
+    worker_row,
+)
 from dispatcher.placement import resources
 from dispatcher.placement.capacity import Capacity, capacity
 from dispatcher.placement.ledger import Ledger
@@ -74,6 +80,7 @@ class Dispatcher:
         self._scheduling: SchedulingLoop | None = None
         self._tasks = TaskOwner()
         """Tasks started from callbacks: garbage collection of a (re)connected worker."""
+        self._events: EventRecorder | None = None
 
     async def _manager_client(self) -> ClusterClient:
         settings = self._client_settings()
@@ -118,6 +125,27 @@ class Dispatcher:
                 cordoned=spec.cordoned or spec.drain, unavailable=_unavailable(worker),
             ))
         return views
+
+    def status_view(self, offset: int = 0, limit: int = 50) -> StatusView:
+        """The status page's view from the caches (the jobs this dispatcher claims); what
+        `dispatcher jobs` and `dispatcher cluster list` would show from the objects."""
+        workers: list[WorkerRow] = []
+        jobs: list[dict[str, Any]] = []
+        priorities: dict[str, int] = {}
+        if self.registry is not None and self._worker_clusters is not None:
+            crd = self._worker_clusters.worker_clusters
+            for worker in self.registry.workers.values():
+                obj = (crd.get(worker.name) if crd else None) or {}
+                status = self._worker_clusters.desired_status(obj, worker)
+                workers.append(worker_row(worker.name, {"cordoned": worker.spec.cordoned,
+                                                        "drain": worker.spec.drain}, status))
+        if self.jobs is not None and self._scheduling is not None:
+            jobs = [j for j in self.jobs.trainjobs.store.values() if self.jobs.claimed(j)]
+            priorities = {p.key: p.priority for p in self._scheduling.pending.values()}
+        return build_view(workers=workers, jobs=jobs, managed_by=self.config.claim.managed_by,
+                          priorities=priorities,
+                          events=list(self._events.recent) if self._events else [],
+                          offset=offset, limit=limit)
 
     def _on_worker_change(self, worker: WorkerConnection) -> None:
         assert self.jobs is not None and self._worker_clusters is not None
@@ -225,7 +253,8 @@ class Dispatcher:
         manager = await self._manager_client()
         self.server = HealthServer(registry=self.metrics.registry, host=cfg.server.host,
                                    port=cfg.server.port, ready=self.ready.is_set,
-                                   role=lambda: "leader" if self.leading else "standby")
+                                   role=lambda: "leader" if self.leading else "standby",
+                                   status=self.status_view if cfg.server.status_page else None)
         await self.server.start()
         log.info("serving /metrics, /healthz, /readyz on %s:%d", cfg.server.host,
                  self.server.port)
@@ -279,7 +308,7 @@ class Dispatcher:
                 on_change=self._on_worker_change, observer=self.metrics.observe_request),
             on_mirror_event=self._on_mirror_event,
         )
-        events = EventRecorder(manager, instance=self.instance)
+        events = self._events = EventRecorder(manager, instance=self.instance)
         self._scheduling = SchedulingLoop(
             ledger=self.ledger, workers=self._worker_views, policy=cfg.placement.policy,
             strategy=cfg.placement.queueing_strategy,

@@ -1,4 +1,5 @@
-"""The `dispatcher` command line: run the service, run the demo.
+"""The `dispatcher` command line: run the service, run the demo, bring a local
+environment up, administer workers, list jobs.
 
 Errors a person can fix are printed as one line on stderr with exit code 2, never a
 traceback.
@@ -37,6 +38,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--jobs-seconds", type=float, default=6.0,
                       help="how long each simulated training runs")
     demo.add_argument("--port", type=int, default=9464, help="metrics port (0 picks one)")
+    demo.add_argument("--stay", action="store_true",
+                      help="stay up until Ctrl-C instead (same as `dispatcher up`)")
+    up = commands.add_parser("up", help="a local manager and workers that stay up until "
+                                        "Ctrl-C, for kubectl and the Kubeflow SDK")
+    up.add_argument("--dir", type=Path, default=None, dest="directory",
+                    help="where kubeconfigs and data go (default "
+                         "~/.cache/trainjob-dispatcher/up)")
+    up.add_argument("--port", type=int, default=9464,
+                    help="port of the status page and /metrics (0 picks one)")
+    up.add_argument("--jobs-seconds", type=float, default=30.0,
+                    help="how long each simulated training runs")
     _admin_parsers(commands)
     return parser
 
@@ -77,6 +89,8 @@ def _admin_parsers(commands: Any) -> None:
     jobs.add_argument("--kubeconfig", type=Path, help="the manager's kubeconfig")
     jobs.add_argument("-n", "--job-namespace", dest="job_namespace", default=None)
     jobs.add_argument("--managed-by", default=MANAGED_BY_MULTIKUEUE)
+    jobs.add_argument("--limit", type=int, default=None,
+                      help="show at most this many jobs per table (default all)")
 
 
 async def _admin(args: argparse.Namespace) -> int:
@@ -87,7 +101,8 @@ async def _admin(args: argparse.Namespace) -> int:
     console = Console()
     if args.command == "jobs":
         return await a.with_manager(args.kubeconfig, lambda m: a.jobs_list(
-            m, namespace=args.job_namespace, managed_by=args.managed_by, console=console))
+            m, namespace=args.job_namespace, managed_by=args.managed_by, console=console,
+            limit=args.limit))
     verb = args.verb
     if verb == "add":
         return await a.with_manager(args.kubeconfig, lambda m: a.cluster_add(
@@ -107,6 +122,33 @@ async def _admin(args: argparse.Namespace) -> int:
     spec, done = specs[verb]
     return await a.with_manager(args.kubeconfig, lambda m: a.cluster_set(
         m, name=args.name, spec=spec, console=console, done=done))
+
+
+async def _run_up(args: argparse.Namespace) -> None:
+    from dispatcher.localenv import run_up
+
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    assert task is not None
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await run_up(directory=args.directory, port=args.port, run_seconds=args.jobs_seconds)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from dispatcher import localenv
+
+    args.directory = getattr(args, "directory", None) or localenv.default_directory()
+    try:
+        asyncio.run(_run_up(args))
+    except localenv.AlreadyUp as error:
+        if error.info.get("kubeconfigs"):
+            print(localenv.describe(error.info))
+        raise CliError(str(error)) from None
+    except localenv.PortInUse as error:
+        raise CliError(str(error)) from None
+    return 0
 
 
 def load_config(path: Path | None) -> DispatcherConfig:
@@ -149,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
                 return asyncio.run(_admin(args))
             except AdminError as error:
                 raise CliError(str(error)) from None
+        if args.command == "up" or (args.command == "demo" and args.stay):
+            setup_logging(json_logs=False, level=30)
+            return _up(args)
         if args.command == "demo":
             from dispatcher.demo import run_demo
 

@@ -142,6 +142,11 @@ class GCConfig(_Group):
 class ServerConfig(_Group):
     host: str = Field("0.0.0.0", description="Address of /metrics, /healthz and /readyz.")
     port: int = Field(8080, ge=0, le=65535, description="Port of the same; 0 picks one.")
+    status_page: bool = Field(
+        True, alias="statusPage",
+        description="Serve the read-only status page at / and /api/status beside /metrics "
+                    "(it shows job names and namespaces).",
+    )
 
 
 class LeaderElectionConfig(_Group):

@@ -29,6 +29,10 @@ ANNOTATION_RETRY_ON_REASONS = f"{PREFIX}/retry-on-failure-reasons"
 """Set by users: comma-separated mirror Failed reasons that requeue instead of failing."""
 
 LABEL_ORIGIN = f"{PREFIX}/origin"
+LABEL_DISPATCH = f"{PREFIX}/dispatch"
+"""Set by users to "true": the opt-in policy (deploy/mutatingadmissionpolicy.yaml) then
+sets the TrainJob's spec.managedBy to the dispatcher's, for clients such as the Kubeflow
+SDK that cannot set it."""
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 LABEL_PRIORITY_CLASS = "kueue.x-k8s.io/priority-class"
 

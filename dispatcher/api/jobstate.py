@@ -10,6 +10,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.api import constants as c
+from dispatcher.api.trainer import CONDITION_COMPLETE, CONDITION_FAILED
+
+# States of a job as people read them; a waiting job's state is its Dispatched reason.
+STATE_NOT_CLAIMED = "NotClaimed"
+STATE_PENDING = "Pending"
+STATE_PLACED = "Placed"
+STATE_RUNNING = "Running"
+STATE_COMPLETE = CONDITION_COMPLETE
+STATE_FAILED = CONDITION_FAILED
 
 
 @dataclass(frozen=True)
@@ -26,19 +35,19 @@ def _condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
 def job_state(job: dict[str, Any], *, managed_by: str) -> JobState:
     spec = job.get("spec") or {}
     if spec.get("managedBy") != managed_by:
-        return JobState("", "NotClaimed", "spec.managedBy is not the dispatcher's")
+        return JobState("", STATE_NOT_CLAIMED, "spec.managedBy is not the dispatcher's")
     status = job.get("status") or {}
     annotations = job["metadata"].get("annotations") or {}
     worker = annotations.get(c.ANNOTATION_CLUSTER, "")
-    for type_ in ("Failed", "Complete"):
+    for type_ in (STATE_FAILED, STATE_COMPLETE):
         cond = _condition(status, type_)
         if cond and cond.get("status") == "True":
             return JobState(worker, type_, cond.get("message") or cond.get("reason", ""))
     dispatched = _condition(status, c.CONDITION_DISPATCHED)
     if worker:
         if any(js.get("active") for js in status.get("jobsStatus") or []):
-            return JobState(worker, "Running", f"running on {worker}")
-        return JobState(worker, "Placed", f"mirror on {worker}")
+            return JobState(worker, STATE_RUNNING, f"running on {worker}")
+        return JobState(worker, STATE_PLACED, f"mirror on {worker}")
     if dispatched:
-        return JobState("", dispatched.get("reason", "Pending"), dispatched.get("message", ""))
-    return JobState("", "Pending", "not yet examined")
+        return JobState("", dispatched.get("reason", STATE_PENDING), dispatched.get("message", ""))
+    return JobState("", STATE_PENDING, "not yet examined")

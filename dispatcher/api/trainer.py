@@ -23,3 +23,9 @@ CONDITION_SUSPENDED = "Suspended"
 ANCESTOR_STEP_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 TRAINER_STEP = "trainer"
 NODE_CONTAINER = "node"
+
+# What a manager running Kubeflow Trainer has, and the Kubeflow SDK reads at start.
+SYSTEM_NAMESPACE = "kubeflow-system"
+PUBLIC_CONFIGMAP = "kubeflow-trainer-public"
+PUBLIC_VERSION_KEY = "kubeflow_trainer_version"
+TRAINER_RELEASE = "v2.3.0"

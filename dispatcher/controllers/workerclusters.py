@@ -145,7 +145,7 @@ class WorkerClustersController:
     async def sync(self) -> None:
         await self.registry.apply(self.specs(), lost_since=self.persisted_lost_since())
 
-    def _desired_status(self, obj: JSON, worker: WorkerConnection) -> JSON:
+    def desired_status(self, obj: JSON, worker: WorkerConnection) -> JSON:
         previous: JSON = next((cond for cond in (obj.get("status") or {}).get("conditions") or []
                          if cond.get("type") == c.CONDITION_ACTIVE), {})
         status = "True" if worker.active else "False"
@@ -174,7 +174,7 @@ class WorkerClustersController:
             obj = self.worker_clusters.get(name)
             if obj is None or not worker.spec.from_crd:
                 continue
-            desired = self._desired_status(obj, worker)
+            desired = self.desired_status(obj, worker)
             written, at = self._written.get(name, ({}, 0.0))
             stale_probe = time.monotonic() - at > _PROBE_TIME_REFRESH_SECONDS
             if desired == written and not stale_probe:

@@ -2,7 +2,8 @@
 
 Recording never blocks a reconcile: events go through a bounded queue to one writer
 task; when the queue is full an event is dropped (and logged), never the reconcile. An
-identical event for the same object within `dedupe_seconds` is written once.
+identical event for the same object within `dedupe_seconds` is written once. The last
+`keep_recent` events stay in memory (`recent`) for the status page.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import datetime
 import logging
 import time
 import uuid
+from collections import deque
 from typing import Any
 
 from dispatcher.kube.client import ClusterClient
@@ -24,12 +26,14 @@ CONTROLLER = "dispatcher.trainjob.io/trainjob-dispatcher"
 
 class EventRecorder:
     def __init__(self, client: ClusterClient, *, instance: str, capacity: int = 5000,
-                 dedupe_seconds: float = 60.0) -> None:
+                 dedupe_seconds: float = 60.0, keep_recent: int = 50) -> None:
         self._events = Resource(client, EVENTS)
         self._instance = instance
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=capacity)
         self._recent: dict[tuple[str, str, str], float] = {}
         self._dedupe_seconds = dedupe_seconds
+        self.recent: deque[dict[str, Any]] = deque(maxlen=keep_recent)
+        """The latest events recorded, oldest first (written or not)."""
 
     def record(self, obj: dict[str, Any], *, reason: str, message: str,
                warning: bool = False, action: str = "Dispatch") -> None:
@@ -61,6 +65,7 @@ class EventRecorder:
                 "uid": uid, "resourceVersion": metadata.get("resourceVersion"),
             },
         }
+        self.recent.append(event)
         try:
             self._queue.put_nowait(event)
         except asyncio.QueueFull:

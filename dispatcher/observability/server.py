@@ -1,7 +1,8 @@
 """The HTTP endpoints Kubernetes and Prometheus use: /metrics, /healthz, /readyz.
 
 `/healthz` answers 200 while the event loop runs. `/readyz` answers 200 once the caches
-are synced and the ledger rebuilt; its body says `leader` or `standby`.
+are synced and the ledger rebuilt; its body says `leader` or `standby`. Given a status
+provider, the same server also serves the read-only status page (`statuspage.py`) at `/`.
 """
 
 from __future__ import annotations
@@ -11,15 +12,19 @@ from collections.abc import Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from dispatcher.observability.statuspage import StatusPage, StatusProvider
+
 
 class HealthServer:
     def __init__(self, *, registry: CollectorRegistry, host: str, port: int,
-                 ready: Callable[[], bool], role: Callable[[], str]) -> None:
+                 ready: Callable[[], bool], role: Callable[[], str],
+                 status: StatusProvider | None = None) -> None:
         self._registry = registry
         self._host = host
         self._port = port
         self._ready = ready
         self._role = role
+        self._status = status
         self._runner: web.AppRunner | None = None
         self.port = port
 
@@ -42,6 +47,8 @@ class HealthServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        if self._status is not None:
+            StatusPage(provider=self._status, role=self._role).add_routes(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)

@@ -25,7 +25,7 @@ def test_defaults() -> None:
         "mirror": {"origin": "trainjob-dispatcher", "keepFinished": False, "maxEvictions": 5,
                    "requeueBackoffSeconds": 5.0},
         "gc": {"intervalSeconds": 60.0},
-        "server": {"host": "0.0.0.0", "port": 8080},
+        "server": {"host": "0.0.0.0", "port": 8080, "statusPage": True},
         "leaderElection": {"enabled": False, "leaseName": "trainjob-dispatcher",
                            "leaseDurationSeconds": 15, "renewDeadlineSeconds": 10,
                            "retryPeriodSeconds": 2},

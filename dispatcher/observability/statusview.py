@@ -1,0 +1,255 @@
+"""What a person sees of the dispatcher: workers, quota bars, the queue, recent activity.
+
+One pure function, `build_view`, turns plain objects into the view that the status page
+(`GET /api/status`, drawn by `static/status.js`), `dispatcher jobs` and
+`dispatcher cluster list` all show, so the three never disagree:
+- workers come as a name, spec flags and a status in the WorkerCluster status shape;
+  the CLI passes what it lists, the page what the dispatcher would write right now;
+- jobs are the manager's TrainJob objects (the CLI's list, the page's cache), read
+  through `job_state`, the one-line story the demo and the CLI also tell;
+- activity is the dispatcher's Events (`events.k8s.io/v1`): listed by the CLI, kept in
+  memory by the page.
+
+The queue is ordered as the scheduler orders it (priority, then creation time, then
+key); a view holds one page of it and of the placed jobs, plus counts per state, reason
+and namespace, so it stays small with 10,000 jobs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from dispatcher.api import constants as c
+from dispatcher.api import jobstate as js
+from dispatcher.api.jobstate import JobState, job_state
+from dispatcher.placement.quantity import QuantityError, parse_quantity
+
+JSON = dict[str, Any]
+QUEUED_STATES = frozenset({
+    c.REASON_WAITING_FOR_QUOTA, c.REASON_NO_ACTIVE_WORKER, js.STATE_PENDING,
+    # taken off a worker and requeued; the next scheduling pass gives the new reason
+    c.REASON_EVICTED, c.REASON_WORKER_LOST, c.REASON_MIRROR_GONE, c.REASON_MIRROR_EVICTED,
+    c.REASON_DRAINED, c.REASON_RETRYING_FAILURE, c.REASON_MIRROR_REJECTED,
+    c.REASON_NAME_CONFLICT,
+})
+"""States of a job in the queue: the scheduler considers it on every pass. Held jobs
+(Unschedulable, RuntimeNotFound, Suspended) wait for a change, not for quota."""
+PLACED_STATES = frozenset({js.STATE_PLACED, js.STATE_RUNNING})
+FINAL_STATES = frozenset({js.STATE_COMPLETE, js.STATE_FAILED})
+_POSITION_NOTE = re.compile(r" \(position \d+ in the queue\)$")
+"""The position the Dispatched message had when written; the view gives the current one."""
+TOP_NAMESPACES = 20
+"""Namespaces counted by name; the rest are summed under `(other)`."""
+
+
+@dataclass(frozen=True)
+class ResourceBar:
+    resource: str
+    quota: str | None
+    used: str
+    free: str | None
+    used_fraction: float | None
+    """used / quota, capped to 1; None without a quota (unlimited)."""
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    name: str
+    active: str
+    reason: str
+    message: str
+    mirrors: int
+    cordoned: bool
+    drain: bool
+    resources: list[ResourceBar]
+
+    @property
+    def flags(self) -> str:
+        return ", ".join(f for f, on in (("cordoned", self.cordoned), ("drain", self.drain))
+                         if on) or "-"
+
+
+@dataclass(frozen=True)
+class JobRow:
+    namespace: str
+    name: str
+    worker: str
+    state: str
+    message: str
+    position: int | None = None
+    """1-based place in the queue, for queued jobs."""
+
+
+@dataclass(frozen=True)
+class Activity:
+    time: str
+    reason: str
+    type: str
+    namespace: str
+    name: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Page:
+    total: int
+    offset: int
+    items: list[JobRow]
+
+
+@dataclass(frozen=True)
+class StatusView:
+    workers: list[WorkerRow]
+    queue: Page
+    placed: Page
+    others: Page
+    """Claimed jobs neither queued nor placed: held (Unschedulable, Suspended, ...) or
+    finished."""
+    by_state: dict[str, int]
+    by_reason: dict[str, int]
+    """Why queued and held jobs wait: the Dispatched condition's reason."""
+    by_namespace: dict[str, int]
+    recent: list[Activity] = field(default_factory=list)
+
+    def to_json(self) -> JSON:
+        data = asdict(self)
+        for row, obj in zip(data["workers"], self.workers, strict=True):
+            row["flags"] = obj.flags
+        return data
+
+
+def _fraction(value: Any) -> Fraction | None:
+    try:
+        return parse_quantity(value)
+    except (QuantityError, TypeError, ValueError):
+        return None
+
+
+def _bar(resource: str, quota: Any, used: Any, free: Any) -> ResourceBar:
+    share = None
+    q, u = _fraction(quota), _fraction(used if used is not None else "0")
+    if q is not None and u is not None:
+        share = 1.0 if q <= 0 < u else (0.0 if q <= 0 else min(float(u / q), 1.0))
+    return ResourceBar(resource, None if quota is None else str(quota),
+                       "0" if used is None else str(used),
+                       None if free is None else str(free), share)
+
+
+def worker_row(name: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> WorkerRow:
+    """A worker from its spec flags and its status (the WorkerCluster status shape)."""
+    active: Mapping[str, Any] = next(
+        (x for x in status.get("conditions") or [] if x.get("type") == c.CONDITION_ACTIVE), {})
+    quota = status.get("quota") or spec.get("quota") or {}
+    used = status.get("used") or {}
+    free = status.get("free") or {}
+    bars = [_bar(r, quota.get(r), used.get(r), free.get(r))
+            for r in sorted(set(quota) | set(used))]
+    return WorkerRow(
+        name=name, active=str(active.get("status", "Unknown")),
+        reason=str(active.get("reason", "")), message=str(active.get("message", "")),
+        mirrors=int(status.get("mirrors") or 0), cordoned=bool(spec.get("cordoned")),
+        drain=bool(spec.get("drain")), resources=bars,
+    )
+
+
+def worker_row_from_object(obj: Mapping[str, Any]) -> WorkerRow:
+    """A worker from its WorkerCluster object, as the CLI lists it."""
+    return worker_row(obj["metadata"]["name"], obj.get("spec") or {}, obj.get("status") or {})
+
+
+def activity_from_event(event: Mapping[str, Any]) -> Activity:
+    """One line of activity from an `events.k8s.io/v1` Event the dispatcher wrote."""
+    regarding = event.get("regarding") or {}
+    return Activity(
+        time=str(event.get("eventTime") or ""), reason=str(event.get("reason", "")),
+        type=str(event.get("type", "Normal")),
+        namespace=str(regarding.get("namespace") or ""), name=str(regarding.get("name", "")),
+        message=str(event.get("note", "")),
+    )
+
+
+def job_key(job: Mapping[str, Any]) -> str:
+    return f"{job['metadata'].get('namespace', '')}/{job['metadata']['name']}"
+
+
+def _dispatched_reason(job: Mapping[str, Any]) -> str:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == c.CONDITION_DISPATCHED:
+            return str(cond.get("reason", ""))
+    return ""
+
+
+def _row(job: Mapping[str, Any], state: JobState, position: int | None = None) -> JobRow:
+    metadata = job["metadata"]
+    return JobRow(str(metadata.get("namespace", "")), str(metadata["name"]), state.worker,
+                  state.state, _POSITION_NOTE.sub("", state.message), position)
+
+
+def _page(rows: list[JobRow], offset: int, limit: int | None) -> Page:
+    end = None if limit is None else offset + limit
+    return Page(total=len(rows), offset=offset, items=rows[offset:end])
+
+
+def _top(counter: Counter[str], limit: int) -> dict[str, int]:
+    top = dict(counter.most_common(limit))
+    rest = sum(counter.values()) - sum(top.values())
+    if rest:
+        top["(other)"] = rest
+    return top
+
+
+def build_view(
+    *,
+    workers: Iterable[WorkerRow],
+    jobs: Iterable[Mapping[str, Any]],
+    managed_by: str,
+    priorities: Mapping[str, int] | None = None,
+    events: Iterable[Mapping[str, Any]] = (),
+    offset: int = 0,
+    limit: int | None = 50,
+    recent: int = 20,
+) -> StatusView:
+    """The whole view; `priorities` maps a job key to its priority (default 0), `offset`
+    and `limit` page the queue (and the other job lists), `recent` caps the activity."""
+    priorities = priorities or {}
+    queued: list[tuple[tuple[int, str, str], Mapping[str, Any], JobState]] = []
+    placed: list[JobRow] = []
+    others: list[JobRow] = []
+    by_state: Counter[str] = Counter()
+    by_reason: Counter[str] = Counter()
+    by_namespace: Counter[str] = Counter()
+    for job in jobs:
+        if (job.get("spec") or {}).get("managedBy") != managed_by:
+            continue
+        state = job_state(dict(job), managed_by=managed_by)
+        by_state[state.state] += 1
+        by_namespace[str(job["metadata"].get("namespace", ""))] += 1
+        if state.state in QUEUED_STATES:
+            key = job_key(job)
+            order = (-priorities.get(key, 0), job["metadata"].get("creationTimestamp", ""), key)
+            queued.append((order, job, state))
+            by_reason[_dispatched_reason(job) or js.STATE_PENDING] += 1
+        elif state.state in PLACED_STATES:
+            placed.append(_row(job, state))
+        else:
+            others.append(_row(job, state))
+            if state.state not in FINAL_STATES:
+                by_reason[_dispatched_reason(job) or state.state] += 1
+    queued.sort(key=lambda entry: entry[0])
+    queue = [_row(job, state, i) for i, (_, job, state) in enumerate(queued, start=1)]
+    placed.sort(key=lambda r: (r.worker, r.namespace, r.name))
+    others.sort(key=lambda r: (r.state in FINAL_STATES, r.namespace, r.name))
+    activity = sorted((activity_from_event(e) for e in events), key=lambda a: a.time,
+                      reverse=True)[:recent]
+    return StatusView(
+        workers=sorted(workers, key=lambda w: w.name),
+        queue=_page(queue, offset, limit), placed=_page(placed, 0, limit),
+        others=_page(others, 0, limit), by_state=dict(sorted(by_state.items())),
+        by_reason=dict(sorted(by_reason.items())),
+        by_namespace=_top(by_namespace, TOP_NAMESPACES), recent=activity,
+    )

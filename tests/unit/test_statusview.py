@@ -1,0 +1,125 @@
+"""The status view: queue order and positions, paging, counts, quota bars, and its size."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from dispatcher.api import constants as c
+from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
+from dispatcher.observability.statusview import (
+    activity_from_event,
+    build_view,
+    worker_row,
+    worker_row_from_object,
+)
+from tests.factories import condition, trainjob
+
+
+def job(name: str, *, namespace: str = "team", created: str = "2026-12-01T10:00:00Z",
+        reason: str | None = None, worker: str | None = None, running: bool = False,
+        final: str | None = None) -> dict[str, Any]:
+    obj = trainjob(name, namespace, managed_by=MANAGED_BY_MULTIKUEUE)
+    obj["metadata"]["creationTimestamp"] = created
+    conditions = []
+    if reason is not None:
+        conditions.append(condition(c.CONDITION_DISPATCHED, reason,
+                                    f"because {name} (position 9 in the queue)", "False"))
+    if worker is not None:
+        obj["metadata"]["annotations"] = {c.ANNOTATION_CLUSTER: worker}
+    if final is not None:
+        conditions.append(condition(final, "AllJobsCompleted", "done"))
+    status: dict[str, Any] = {"conditions": conditions} if conditions else {}
+    if running:
+        status["jobsStatus"] = [{"name": "node", "active": 1}]
+    if status:
+        obj["status"] = status
+    return obj
+
+
+def test_the_queue_is_in_scheduler_order_with_positions_and_held_jobs_apart() -> None:
+    jobs = [
+        job("late", created="2026-12-01T10:05:00Z", reason=c.REASON_WAITING_FOR_QUOTA),
+        job("early", created="2026-12-01T10:01:00Z", reason=c.REASON_WAITING_FOR_QUOTA),
+        job("urgent", created="2026-12-01T10:09:00Z", reason=c.REASON_NO_ACTIVE_WORKER),
+        job("new"),
+        job("huge", reason=c.REASON_UNSCHEDULABLE),
+        job("running", worker="worker-a", running=True),
+        job("done", worker="worker-b", final="Complete"),
+        trainjob("someone-elses", "team"),
+    ]
+    view = build_view(workers=[], jobs=jobs, managed_by=MANAGED_BY_MULTIKUEUE,
+                      priorities={"team/urgent": 100})
+    assert [(r.position, r.name) for r in view.queue.items] == [
+        (1, "urgent"), (2, "new"), (3, "early"), (4, "late")]
+    assert view.queue.items[0].state == c.REASON_NO_ACTIVE_WORKER
+    assert view.queue.items[3].message == "because late"  # the stale position is cut off
+    assert [r.name for r in view.placed.items] == ["running"]
+    assert view.placed.items[0].worker == "worker-a"
+    assert [r.name for r in view.others.items] == ["huge", "done"]
+    assert view.by_state == {"Complete": 1, "NoActiveWorker": 1, "Pending": 1, "Running": 1,
+                             "Unschedulable": 1, "WaitingForQuota": 2}
+    assert view.by_reason == {"NoActiveWorker": 1, "Pending": 1, "Unschedulable": 1,
+                              "WaitingForQuota": 2}
+    assert view.by_namespace == {"team": 7}
+
+
+def test_the_queue_is_paged_and_namespaces_summarised() -> None:
+    jobs = [job(f"j{i:03d}", namespace=f"ns{i % 30:02d}", created=f"2026-12-01T10:{i // 60:02d}:"
+                f"{i % 60:02d}Z", reason=c.REASON_WAITING_FOR_QUOTA) for i in range(120)]
+    view = build_view(workers=[], jobs=jobs, managed_by=MANAGED_BY_MULTIKUEUE, offset=50,
+                      limit=20)
+    assert view.queue.total == 120 and view.queue.offset == 50
+    assert [r.position for r in view.queue.items] == list(range(51, 71))
+    assert view.queue.items[0].name == "j050"
+    assert len(view.by_namespace) == 21 and view.by_namespace["(other)"] == 40
+
+
+def test_worker_bars_from_a_status_and_from_an_object_agree() -> None:
+    status = {"conditions": [{"type": c.CONDITION_ACTIVE, "status": "False",
+                              "reason": c.REASON_UNREACHABLE, "message": "timed out"}],
+              "quota": {"cpu": "8", "nvidia.com/gpu": "4"},
+              "used": {"cpu": "6", "nvidia.com/gpu": "4", "memory": "1Gi"},
+              "free": {"cpu": "2", "nvidia.com/gpu": "0"}, "mirrors": 3}
+    row = worker_row("worker-a", {"cordoned": True}, status)
+    assert (row.active, row.reason, row.mirrors, row.flags) == (
+        "False", c.REASON_UNREACHABLE, 3, "cordoned")
+    bars = {b.resource: b for b in row.resources}
+    assert bars["cpu"].used_fraction == 0.75 and bars["cpu"].free == "2"
+    assert bars["nvidia.com/gpu"].used_fraction == 1.0
+    assert bars["memory"].quota is None and bars["memory"].used_fraction is None
+    obj = {"metadata": {"name": "worker-a"}, "spec": {"cordoned": True}, "status": status}
+    assert worker_row_from_object(obj) == row
+
+
+def test_recent_activity_is_newest_first_and_capped() -> None:
+    events = [{"eventTime": f"2026-12-01T10:00:{s:02d}.000000Z", "reason": c.REASON_PLACED,
+               "note": f"mirror created on worker-a ({s})", "type": "Normal",
+               "regarding": {"namespace": "team", "name": f"j{s}"}} for s in range(30)]
+    view = build_view(workers=[], jobs=[], managed_by=MANAGED_BY_MULTIKUEUE, events=events,
+                      recent=5)
+    assert [a.name for a in view.recent] == ["j29", "j28", "j27", "j26", "j25"]
+    assert activity_from_event(events[0]).message == "mirror created on worker-a (0)"
+
+
+def test_ten_thousand_jobs_make_a_small_view_quickly() -> None:
+    jobs = []
+    for i in range(10_000):
+        created = f"2026-12-01T{i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z"
+        if i % 4 == 0:
+            jobs.append(job(f"run-{i}", namespace=f"ns{i % 50}", created=created,
+                            worker=f"worker-{i % 3}", running=True))
+        else:
+            jobs.append(job(f"wait-{i}", namespace=f"ns{i % 50}", created=created,
+                            reason=c.REASON_WAITING_FOR_QUOTA))
+    workers = [worker_row(f"worker-{i}", {}, {"quota": {"cpu": "64"}, "used": {"cpu": "60"}})
+               for i in range(3)]
+    started = time.perf_counter()
+    view = build_view(workers=workers, jobs=jobs, managed_by=MANAGED_BY_MULTIKUEUE)
+    body = json.dumps(view.to_json(), separators=(",", ":"))
+    elapsed = time.perf_counter() - started
+    assert view.queue.total == 7500 and view.placed.total == 2500
+    assert len(view.queue.items) == 50
+    assert len(body) < 40_000, len(body)
+    assert elapsed < 2.0, elapsed
