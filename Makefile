@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup system-deps controlplane demo up test unit lint bench bench-quick soak
+.PHONY: setup system-deps controlplane demo up test unit lint bench bench-quick bench-peer-quick soak
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -45,6 +45,11 @@ lint: setup
 bench: setup controlplane
 	$(VENV)/bin/pip install --quiet -e '.[bench]'
 	$(PY) -m bench --jobs 2000 --workers 3
+	$(PY) -m bench --peer multikueue --jobs 1000 --workers 3
+
+# The dispatcher beside MultiKueue: 200 jobs, 2 workers, the peer capped at 2 minutes.
+bench-peer-quick: setup controlplane
+	$(PY) -m bench --peer multikueue --quick
 
 bench-quick: setup controlplane
 	$(PY) -m bench --quick

@@ -1,4 +1,5 @@
-"""`python -m bench`: the dispatch benchmark (see bench/dispatch.py)."""
+"""`python -m bench`: the dispatch benchmark (see bench/dispatch.py); with `--peer
+multikueue`, the dispatcher beside Kueue's MultiKueue (see bench/peer_multikueue.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,18 @@ def main() -> None:
                         help="jobs/s submitted after the burst, with the burst in flight")
     parser.add_argument("--steady-jobs", type=int, default=500)
     parser.add_argument("--quick", action="store_true", help="300 jobs: under a minute")
+    parser.add_argument("--peer", choices=["multikueue"],
+                        help="compare with a peer system instead (--quick: 200 jobs, 2 workers, "
+                             "the peer capped at 2 minutes)")
+    parser.add_argument("--peer-minutes", type=float, default=10.0,
+                        help="time cap of each peer run")
+    parser.add_argument("--systems", default="",
+                        help="comma-separated subset of the peer benchmark's systems")
     args = parser.parse_args()
+    if args.peer:
+        from bench.peer_main import run_peer
+        run_peer(args)
+        return
     jobs = 300 if args.quick else args.jobs
     result = asyncio.run(benchmark(jobs=jobs, workers=args.workers,
                                    concurrency=args.concurrency,

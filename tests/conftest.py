@@ -19,6 +19,7 @@ from dispatcher.kube.resource import NAMESPACES, Resource, ResourceKind
 from dispatcher.localcluster import LocalCluster, LocalControlPlane
 
 CLUSTERS = ("manager", "worker-a", "worker-b")
+_ANSWERS_IN_A_ROW = 5
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -68,16 +69,20 @@ async def until_answering(client: ClusterClient, kind: ResourceKind = NAMESPACES
                           timeout: float = 30.0) -> None:
     """After an API server restart, wait until this client can list `kind` again: its
     pooled keep-alive connections died with the old process and fail once each, and a
-    custom resource answers 429 while its storage re-initializes."""
+    custom resource answers 429 while its storage re-initializes, which can happen again
+    shortly after a first success while the server settles its many CRDs: so a few
+    answers in a row are awaited."""
     deadline = asyncio.get_running_loop().time() + timeout
-    while True:
+    in_a_row = 0
+    while in_a_row < _ANSWERS_IN_A_ROW:
         try:
             await Resource(client, kind).list(limit=1)
-            return
+            in_a_row += 1
         except Exception:
+            in_a_row = 0
             if asyncio.get_running_loop().time() > deadline:
                 raise
-            await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)
 
 
 @pytest_asyncio.fixture

@@ -1,45 +1,90 @@
-"""Where the control-plane binaries are, building them from the Go module proxy if needed.
+"""Where the control-plane and Kueue binaries are, building them from the Go module proxy.
 
 `controlplane/build.sh` in the repository compiles etcd, kube-apiserver and
 kube-controller-manager once per Kubernetes version into
-`~/.cache/trainjob-dispatcher/controlplane/<version>/`; later calls find them there.
-`TRAINJOB_DISPATCHER_CONTROLPLANE_BIN` points at another directory holding the three.
+`~/.cache/trainjob-dispatcher/controlplane/<version>/`, and the Kueue manager once per
+Kueue version into `~/.cache/trainjob-dispatcher/kueue/<version>/`, beside the YAML
+its Go module ships (Kueue's CRDs, its webhook configurations, the JobSet CRD); later
+calls find them there. `TRAINJOB_DISPATCHER_CONTROLPLANE_BIN` points at another
+directory holding the three control-plane binaries, `TRAINJOB_DISPATCHER_KUEUE_DIR` at
+another Kueue directory of the same layout.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 _BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "controlplane" / "build.sh"
+CONTROLPLANE_ENV = "TRAINJOB_DISPATCHER_CONTROLPLANE_BIN"
+KUEUE_ENV = "TRAINJOB_DISPATCHER_KUEUE_DIR"
 
 
 class BinariesNotFound(RuntimeError):
     """The binaries are neither cached nor buildable from this checkout."""
 
 
+@dataclass(frozen=True)
+class KueueFiles:
+    """The Kueue manager binary and the YAML of its Go module, in one directory."""
+
+    directory: Path
+
+    @property
+    def binary(self) -> Path:
+        return self.directory / "kueue"
+
+    @property
+    def webhooks(self) -> Path:
+        return self.directory / "webhook.yaml"
+
+    def kueue_crds(self) -> list[Path]:
+        return sorted((self.directory / "crd").glob("*.yaml"))
+
+    def jobset_crds(self) -> list[Path]:
+        return sorted((self.directory / "crd-jobset").glob("*.yaml"))
+
+    def complete(self) -> bool:
+        return (os.access(self.binary, os.X_OK) and self.webhooks.is_file()
+                and bool(self.kueue_crds()) and bool(self.jobset_crds()))
+
+
 def _complete(directory: Path) -> bool:
     return all(os.access(directory / b, os.X_OK) for b in BINARIES)
 
 
+def _build(*args: str) -> Path:
+    """Run the build script; its last line of output is the directory it made."""
+    if not _BUILD_SCRIPT.exists():
+        raise BinariesNotFound(f"{_BUILD_SCRIPT} not found: set {CONTROLPLANE_ENV}")
+    result = subprocess.run(
+        ["bash", str(_BUILD_SCRIPT), *args], check=True, stdout=subprocess.PIPE, text=True
+    )
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
 def ensure_binaries() -> Path:
     """Return the directory with the three binaries, building them when missing."""
-    override = os.environ.get("TRAINJOB_DISPATCHER_CONTROLPLANE_BIN")
+    override = os.environ.get(CONTROLPLANE_ENV)
     if override:
         directory = Path(override)
         if not _complete(directory):
             raise BinariesNotFound(f"{directory} lacks one of {', '.join(BINARIES)}")
         return directory
-    if not _BUILD_SCRIPT.exists():
-        raise BinariesNotFound(
-            f"{_BUILD_SCRIPT} not found: set TRAINJOB_DISPATCHER_CONTROLPLANE_BIN"
-        )
-    result = subprocess.run(
-        ["bash", str(_BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True
-    )
-    directory = Path(result.stdout.strip().splitlines()[-1])
+    directory = _build()
     if not _complete(directory):
         raise BinariesNotFound(f"build finished but {directory} is incomplete")
     return directory
+
+
+def ensure_kueue() -> KueueFiles:
+    """Return the Kueue binary and YAML, building them when missing."""
+    override = os.environ.get(KUEUE_ENV)
+    files = KueueFiles(Path(override) if override else _build("kueue"))
+    if not files.complete():
+        raise BinariesNotFound(
+            f"{files.directory} lacks the kueue binary, webhook.yaml, crd/ or crd-jobset/")
+    return files

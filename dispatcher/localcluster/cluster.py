@@ -5,8 +5,10 @@ server has its own `--etcd-prefix`, so the clusters share nothing but the proces
 one kube-apiserver per name with TLS and an admin client certificate, and optionally a
 kube-controller-manager running only the garbage-collector and namespace controllers.
 It writes one self-contained kubeconfig per cluster, waits for `/readyz`, and installs
-the CRDs of `config/crd/` (Trainer, WorkerCluster, and reduced Kueue CRDs). `stop()`
-ends every process; children also die with the Python process. A `LocalCluster` can be
+the CRDs: those of `config/crd/` (Trainer, WorkerCluster) and the real Kueue and JobSet
+CRDs from Kueue's Go module (see `binaries.py`). `LocalCluster.start_kueue()` runs a
+real Kueue manager on a cluster (`kueue.py`). `stop()` ends every process, Kueue before
+the API servers; children also die with the Python process. A `LocalCluster` can be
 paused (SIGSTOP), resumed, killed and restarted with its data kept in etcd, for fault
 tests.
 
@@ -27,14 +29,17 @@ import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import yaml
 
-from dispatcher.localcluster.binaries import ensure_binaries
+from dispatcher.localcluster.binaries import ensure_binaries, ensure_kueue
 from dispatcher.localcluster.pki import CertificateFiles, ensure_certificates
 from dispatcher.localcluster.processes import ManagedProcess
+
+if TYPE_CHECKING:
+    from dispatcher.localcluster.kueue import KueueManager, KueueSettings
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +77,12 @@ def _advertise_address() -> str | None:
 
 def _b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
+
+
+def default_crd_files() -> list[Path]:
+    """The project's CRDs plus Kueue's and JobSet's, as their Go modules ship them."""
+    kueue = ensure_kueue()
+    return sorted(CRD_DIR.glob("*.yaml")) + kueue.kueue_crds() + kueue.jobset_crds()
 
 
 class LocalCluster:
@@ -120,6 +131,7 @@ class LocalCluster:
         self.apiserver = ManagedProcess(
             name=f"{name}/kube-apiserver", argv=argv, log_path=directory / "kube-apiserver.log"
         )
+        self.kueue: KueueManager | None = None
         self.controller_manager: ManagedProcess | None = None
         if controllers:
             self.controller_manager = ManagedProcess(
@@ -216,13 +228,41 @@ class LocalCluster:
         self.kill()
         await self.start()
 
+    async def start_kueue(self, settings: KueueSettings | None = None) -> KueueManager:
+        """Run a real Kueue manager on this cluster; ready when this returns."""
+        from dispatcher.localcluster.kueue import KueueManager
+
+        if self.kueue is not None:
+            raise ControlPlaneError(f"{self.name}: Kueue already runs")
+        if self.controller_manager is None:
+            raise ControlPlaneError(
+                f"{self.name}: Kueue needs the garbage collector (start with controllers)")
+        self.kueue = KueueManager(self, settings=settings)
+        try:
+            await self.kueue.start()
+        except BaseException:
+            self.kueue.kill()
+            self.kueue = None
+            raise
+        return self.kueue
+
+    async def stop_kueue(self) -> None:
+        """Unhook and end Kueue; the cluster goes on without it."""
+        if self.kueue is not None:
+            await self.kueue.stop()
+            self.kueue = None
+
     def stop(self) -> None:
+        if self.kueue is not None:
+            self.kueue.process.stop()
+            self.kueue = None
         if self.controller_manager:
             self.controller_manager.stop()
         self.apiserver.stop()
 
     def processes(self) -> list[ManagedProcess]:
-        return [p for p in (self.apiserver, self.controller_manager) if p is not None]
+        kueue = self.kueue.process if self.kueue is not None else None
+        return [p for p in (self.apiserver, self.controller_manager, kueue) if p is not None]
 
 
 class LocalControlPlane:
@@ -302,8 +342,7 @@ class LocalControlPlane:
             self.clusters[cluster.name] = cluster
             cluster.start_processes()
         await asyncio.gather(*(cluster.wait_ready() for cluster in new))
-        files = (list(crd_files) if crd_files is not None
-                 else sorted(CRD_DIR.glob("*.yaml")) + sorted(CRD_DIR.glob("kueue/*.yaml")))
+        files = list(crd_files) if crd_files is not None else default_crd_files()
         await asyncio.gather(*(install_crds(cluster, files) for cluster in new))
         return {cluster.name: cluster for cluster in new}
 
@@ -311,6 +350,10 @@ class LocalControlPlane:
         return [p for c in self.clusters.values() for p in c.processes()] + [self.etcd]
 
     def stop(self) -> None:
+        for cluster in self.clusters.values():  # every Kueue first: then no reconnect noise
+            if cluster.kueue is not None:
+                cluster.kueue.process.stop()
+                cluster.kueue = None
         for cluster in self.clusters.values():
             cluster.stop()
         self.etcd.stop()

@@ -181,3 +181,22 @@ def sign_client_certificate(
         usage=ExtendedKeyUsageOID.CLIENT_AUTH,
     )
     return _cert_pem(cert), _key_pem(key)
+
+
+def sign_server_certificate(
+    files: CertificateFiles, *, common_name: str, ip: str = "127.0.0.1"
+) -> tuple[bytes, bytes]:
+    """Return (certificate PEM, key PEM) for a serving certificate of `ip` signed by the
+    cluster's CA: the cluster's API server then trusts it with the CA bundle it already
+    has (Kueue's webhook server, called at https://127.0.0.1:PORT)."""
+    ca_cert = x509.load_pem_x509_certificate(files.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(files.ca_key.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    cert, key = _sign_leaf(
+        ca_cert=ca_cert,
+        ca_key=ca_key,
+        subject=x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]),
+        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+        sans=[x509.IPAddress(ipaddress.ip_address(ip)), x509.DNSName("localhost")],
+    )
+    return _cert_pem(cert), _key_pem(key)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -28,10 +29,12 @@ def _die_with_parent() -> None:
 class ManagedProcess:
     """One long-running binary: start, signal, stop, restart with the same arguments."""
 
-    def __init__(self, *, name: str, argv: list[str], log_path: Path) -> None:
+    def __init__(self, *, name: str, argv: list[str], log_path: Path,
+                 env: dict[str, str] | None = None) -> None:
         self.name = name
         self.argv = argv
         self.log_path = log_path
+        self.env = {**os.environ, **env} if env else None
         self._popen: subprocess.Popen[bytes] | None = None
 
     @property
@@ -51,6 +54,7 @@ class ManagedProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                env=self.env,
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )

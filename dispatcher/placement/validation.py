@@ -11,12 +11,15 @@ shows (`InvalidResources`) and whose message names the offending field, e.g.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from fractions import Fraction
 
 from dispatcher.api import constants as c
 from dispatcher.placement.quantity import QuantityError, format_quantity, parse_quantity
 
+_EXACT_FLOATS = 2.0**53
+"""Below this, a float holds every whole number exactly."""
 MAX_AMOUNT = Fraction(2**63 - 1)
 """The largest amount of one resource in base units (cores, bytes, pods)."""
 
@@ -41,6 +44,9 @@ def checked_quantity(value: object, *, path: str) -> Fraction:
         raise invalid_resources(path, str(error)) from None
     if amount < 0:
         raise invalid_resources(path, f"{value!r} is negative")
+    if isinstance(value, float) and value >= _EXACT_FLOATS:
+        # A JSON number this large may have been rounded to the float: round it up.
+        amount += Fraction(math.ulp(value))
     if amount > MAX_AMOUNT:
         raise invalid_resources(path, f"{value!r} is larger than any cluster can hold")
     return amount

@@ -1,0 +1,136 @@
+"""Fresh clusters for one system of the peer benchmark, set up as its users would.
+
+`System` says what runs: the dispatcher (its workers with or without Kueue: the fair
+mode sends its mirrors through each worker's Kueue via `localQueue`) or MultiKueue (Kueue
+on the manager with a MultiKueue AdmissionCheck, Kueue on every worker) with given Kueue
+settings. `environment(system, workers=K)` starts a new local control plane (a manager
+and K workers, each with the garbage collector), installs the runtime and the `bench`
+namespace, the queues (one ClusterQueue with room for every job, the same names on every
+cluster) and warms each API server up, and yields an `Environment` with admin clients;
+everything is stopped when the block ends. Starting the system's controllers is the
+caller's (bench/peer_systems.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINJOBS
+from dispatcher.kube.client import ClientSettings, ClusterClient
+from dispatcher.kube.resource import NAMESPACES, Resource
+from dispatcher.localcluster import LocalControlPlane
+from dispatcher.localcluster.kueue import KueueSettings, MultiKueueSettings
+from dispatcher.localcluster.kueue_objects import setup_multikueue, setup_queues
+from tests.factories import trainjob
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMESPACE = "bench"
+QUEUE = "bench"
+CHECK = "bench-multikueue"
+QUOTA = {"cpu": "1000000", "memory": "100000Ti"}
+"""Room for every job: the benchmark measures placement, not queueing for quota."""
+HARNESS_CLIENT = ClientSettings(qps=5000, burst=5000, timeout_seconds=30, pool_size=32)
+
+KUEUE_DEFAULTS = KueueSettings()
+KUEUE_TUNED = KueueSettings(
+    qps=500, burst=1000,
+    concurrency={"Workload.kueue.x-k8s.io": 20, "TrainJob.trainer.kubeflow.org": 20})
+"""Kueue's own performance setup raises clientConnection to 500/1000; the Workload and
+TrainJob reconcilers get 20 workers instead of the default few."""
+
+
+@dataclass(frozen=True)
+class System:
+    """One system under test and every setting it runs with."""
+
+    name: str
+    kind: str  # "dispatcher" or "multikueue"
+    worker_kueue: KueueSettings | None = None
+    manager_kueue: KueueSettings | None = None
+    multikueue: MultiKueueSettings = field(default_factory=MultiKueueSettings)
+
+    def describe(self) -> dict[str, Any]:
+        def kueue(settings: KueueSettings | None) -> Any:
+            if settings is None:
+                return None
+            return {"qps": settings.qps, "burst": settings.burst,
+                    "concurrency": settings.concurrency or "Kueue's defaults"}
+        described: dict[str, Any] = {"kind": self.kind, "worker_kueue": kueue(self.worker_kueue)}
+        if self.kind == "multikueue":
+            described["manager_kueue"] = kueue(self.manager_kueue)
+            described["multikueue_dispatcher"] = self.multikueue.dispatcher_name
+        return described
+
+
+@dataclass
+class Environment:
+    plane: LocalControlPlane
+    clients: dict[str, ClusterClient]
+    workers: list[str]
+    system: System
+
+
+async def _prepare_cluster(client: ClusterClient, runtime: dict[str, Any]) -> None:
+    await Resource(client, CLUSTER_TRAINING_RUNTIMES).apply(runtime, field_manager="bench")
+    await Resource(client, NAMESPACES).create({"metadata": {"name": NAMESPACE}})
+    # An API server sets up serving a custom resource on its first request to it.
+    jobs = Resource(client, TRAINJOBS)
+    await jobs.create(trainjob("warm-up", NAMESPACE), namespace=NAMESPACE)
+    await jobs.delete("warm-up", namespace=NAMESPACE)
+
+
+async def _start_kueue(env: Environment) -> None:
+    system = env.system
+    starts = []
+    if system.worker_kueue is not None:
+        starts += [env.plane.clusters[w].start_kueue(system.worker_kueue) for w in env.workers]
+    if system.kind == "multikueue":
+        manager = system.manager_kueue or KUEUE_DEFAULTS
+        settings = KueueSettings(qps=manager.qps, burst=manager.burst,
+                                 concurrency=manager.concurrency,
+                                 multikueue=system.multikueue)
+        starts.append(env.plane.clusters["manager"].start_kueue(settings))
+    await asyncio.gather(*starts)
+
+
+async def _setup_queues(env: Environment) -> None:
+    if env.system.worker_kueue is not None:
+        for worker in env.workers:
+            await setup_queues(env.clients[worker], cluster_queue_name=QUEUE,
+                               local_queue_name=QUEUE, namespaces=[NAMESPACE], quota=QUOTA)
+    if env.system.kind == "multikueue":
+        await setup_multikueue(
+            env.clients["manager"], config_name=CHECK, check_name=CHECK,
+            workers={w: env.plane.clusters[w].kubeconfig() for w in env.workers})
+        await setup_queues(env.clients["manager"], cluster_queue_name=QUEUE,
+                           local_queue_name=QUEUE, namespaces=[NAMESPACE], quota=QUOTA,
+                           admission_check=CHECK)
+
+
+@asynccontextmanager
+async def environment(system: System, *, workers: int) -> AsyncIterator[Environment]:
+    names = [f"worker-{i}" for i in range(workers)]
+    clusters = ["manager", *names]
+    async with LocalControlPlane() as plane:
+        await plane.start(clusters, controllers=clusters)
+        clients = {n: await ClusterClient.from_kubeconfig(
+            name=n, kubeconfig=plane.clusters[n].kubeconfig(), settings=HARNESS_CLIENT)
+            for n in clusters}
+        env = Environment(plane=plane, clients=clients, workers=names, system=system)
+        try:
+            runtime = yaml.safe_load(
+                (ROOT / "config/samples/clustertrainingruntime-torch.yaml").read_text())
+            await asyncio.gather(*(_prepare_cluster(c, runtime) for c in clients.values()))
+            await _start_kueue(env)
+            await _setup_queues(env)
+            yield env
+        finally:  # the plane then stops every Kueue, then the API servers
+            for client in clients.values():
+                await client.close()

@@ -1,0 +1,196 @@
+"""Peer benchmark: the dispatcher beside Kueue's MultiKueue, same machine, same run.
+
+    python -m bench --peer multikueue [--quick]    # --quick: 200 jobs, 2 workers, 2 min
+
+Each system of bench/peer_systems.py runs in turn on fresh clusters (bench/peer_env.py)
+with the same N TrainJobs (queue-name label, `managedBy: kueue.x-k8s.io/multikueue`):
+1. Burst: the N jobs are created on the manager (32 at a time) and timed from our own
+   watches on every worker: when each remote copy first exists, and when it first runs
+   (not suspended: admitted by the worker's Kueue, where there is one). A system that
+   has not placed every job when its time cap runs out is measured over that window.
+   Throughput = jobs running remotely / seconds until the last of them.
+2. API writes per job during the burst, from each API server's own request counters
+   (every client's writes; the harness's N creates are taken out), manager and workers
+   apart; CPU seconds of every process over the burst; peak RSS of the controllers.
+3. Status sync: for a sample of the running remote jobs, their status is patched on the
+   worker as a trainer would, a few a second, each timed until the manager's job shows it.
+Writes `bench/results/peer-multikueue-<N>.json` and `.md`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from bench.dispatch import RESULTS, CpuMeter, bounded, percentiles, proc_peak_rss_mb
+from bench.peer_env import NAMESPACE, QUEUE, Environment, System, environment
+from bench.peer_measure import JobWatch, api_writes, difference
+from bench.peer_systems import SYSTEMS, controllers
+from dispatcher.api import constants as c
+from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
+from dispatcher.kube.resource import Resource
+from tests.factories import trainjob
+
+CONCURRENCY = 32
+DISPATCHER_MIN_CAP_SECONDS = 300.0
+"""The time cap is for the peer; the dispatcher gets at least this long."""
+SETTLE_SECONDS = 3.0
+STATUS_RATE = 10.0
+STATUS_TIMEOUT_SECONDS = 30.0
+RUNNING = [{"name": "node", "active": 1, "ready": 1, "succeeded": 0, "failed": 0,
+            "suspended": 0}]
+
+
+def plane_pids(env: Environment) -> dict[str, int]:
+    pids = {"etcd": env.plane.etcd.pid}
+    for name, cluster in env.plane.clusters.items():
+        pids[f"apiserver/{name}"] = cluster.apiserver.pid
+        if cluster.controller_manager is not None:
+            pids[f"gc/{name}"] = cluster.controller_manager.pid
+    return {n: p for n, p in pids.items() if p is not None}
+
+
+async def _writes(env: Environment) -> dict[str, dict[str, float]]:
+    return {n: await api_writes(cl) for n, cl in env.plane.clusters.items()}
+
+
+async def burst(env: Environment, watches: dict[str, JobWatch], *, jobs: int,
+                cap_seconds: float) -> dict[str, Any]:
+    created_at: dict[str, float] = {}
+    jobs_api = Resource(env.clients["manager"], TRAINJOBS)
+
+    async def create(index: int) -> None:
+        name = f"job-{index:05d}"
+        await jobs_api.create(trainjob(name, NAMESPACE, managed_by=MANAGED_BY_MULTIKUEUE,
+                                       labels={c.LABEL_KUEUE_QUEUE: QUEUE}),
+                              namespace=NAMESPACE)
+        created_at[name] = time.monotonic()
+
+    started = time.monotonic()
+    await bounded(CONCURRENCY, [create(i) for i in range(jobs)])
+    created_seconds = time.monotonic() - started
+
+    def first(attribute: str) -> dict[str, float]:
+        seen: dict[str, float] = {}
+        for watch in watches.values():
+            for name, at in getattr(watch, attribute).items():
+                seen[name] = min(at, seen.get(name, at))
+        return seen
+    while len(first("running")) < jobs and time.monotonic() < started + cap_seconds:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    window = time.monotonic() - started
+    remote, running = first("added"), first("running")
+    last = max(running.values(), default=started) - started
+    seconds = last if len(running) == jobs else window
+    return {
+        "jobs_created": len(created_at), "create_seconds": round(created_seconds, 2),
+        "window_seconds": round(window, 1), "capped": len(running) < jobs,
+        "remote_created": len(remote), "remote_running": len(running),
+        "jobs_per_second": round(len(running) / seconds, 2) if seconds else 0.0,
+        "create_to_remote": percentiles(
+            [remote[n] - created_at[n] for n in remote if n in created_at]),
+        "create_to_remote_running": percentiles(
+            [running[n] - created_at[n] for n in running if n in created_at]),
+        "where": {n: w for w, watch in watches.items() for n in watch.running},
+    }
+
+
+async def status_sync(env: Environment, manager_watch: JobWatch, where: dict[str, str], *,
+                      sample: int) -> dict[str, Any]:
+    """Patch the status of `sample` running remote jobs; time each until the manager."""
+    names = sorted(where)[:sample]
+    patched_at: dict[str, float] = {}
+
+    async def patch(name: str) -> None:
+        manager_watch.expect_status[name] = RUNNING
+        patched_at[name] = time.monotonic()
+        await Resource(env.clients[where[name]], TRAINJOBS).merge_patch(
+            name, {"status": {"jobsStatus": RUNNING}}, namespace=NAMESPACE,
+            subresource="status")
+
+    tasks = []
+    for name in names:
+        tasks.append(asyncio.create_task(patch(name)))
+        await asyncio.sleep(1 / STATUS_RATE)
+    await asyncio.gather(*tasks, return_exceptions=True)
+    deadline = time.monotonic() + STATUS_TIMEOUT_SECONDS
+    while (len([n for n in names if n in manager_watch.status_seen]) < len(names)  # noqa: ASYNC110
+           and time.monotonic() < deadline):
+        await asyncio.sleep(0.05)
+    synced = [manager_watch.status_seen[n] - patched_at[n] for n in names
+              if n in manager_watch.status_seen]
+    return {"changes": len(names), "synced": len(synced), "rate_per_second": STATUS_RATE,
+            "latency": percentiles(synced)}
+
+
+def _per_job(writes: dict[str, float], jobs: int) -> dict[str, float]:
+    events = writes.get("events", 0.0)
+    return {"writes_per_job": round((sum(writes.values()) - events) / max(jobs, 1), 2),
+            "events_per_job": round(events / max(jobs, 1), 2)}
+
+
+def write_summary(env: Environment, before: dict[str, dict[str, float]],
+                  after: dict[str, dict[str, float]], jobs: int, placed: int
+                  ) -> dict[str, Any]:
+    manager = difference(after["manager"], before["manager"])
+    manager["trainjobs"] = manager.get("trainjobs", 0.0) - jobs  # the harness's creates
+    workers: dict[str, float] = {}
+    for worker in env.workers:
+        for resource, count in difference(after[worker], before[worker]).items():
+            workers[resource] = workers.get(resource, 0.0) + count
+    return {"manager": {**_per_job(manager, placed), "by_resource": manager},
+            "workers": {**_per_job(workers, placed), "by_resource": workers}}
+
+
+async def run_system(system: System, *, jobs: int, workers: int, cap_seconds: float,
+                     status_sample: int) -> dict[str, Any]:
+    async with environment(system, workers=workers) as env, controllers(env) as pids:
+        watches = {w: JobWatch(env.clients[w], NAMESPACE) for w in env.workers}
+        manager_watch = JobWatch(env.clients["manager"], NAMESPACE)
+        everyone = [*watches.values(), manager_watch]
+        await asyncio.gather(*(w.informer.synced.wait() for w in everyone))
+        cpu = CpuMeter({**plane_pids(env), **pids})
+        before = await _writes(env)
+        cpu.start()
+        cap = (max(cap_seconds, DISPATCHER_MIN_CAP_SECONDS) if system.kind == "dispatcher"
+               else cap_seconds)
+        placed = await burst(env, watches, jobs=jobs, cap_seconds=cap)
+        cpu_used = cpu.stop()
+        await asyncio.sleep(SETTLE_SECONDS)
+        writes = write_summary(env, before, await _writes(env), jobs,
+                               placed["remote_running"])
+        where = placed.pop("where")
+        status = await status_sync(env, manager_watch, where, sample=status_sample)
+        rss = {n: round(proc_peak_rss_mb(p), 1) for n, p in pids.items()}
+        for watch in everyone:
+            await watch.stop()
+    count = max(placed["remote_running"], 1)
+    return {"settings": system.describe(), "burst": placed, "api_writes": writes,
+            "status_sync": status, "cpu_seconds": cpu_used,
+            "cpu_ms_per_job": {n: round(s / count * 1000, 2) for n, s in cpu_used.items()},
+            "controllers_peak_rss_mb": rss}
+
+
+async def peer_benchmark(*, jobs: int, workers: int, cap_seconds: float, status_sample: int,
+                         systems: list[str]) -> dict[str, Any]:
+    results = {}
+    for name in systems:
+        print(f"peer benchmark: {name} ...", flush=True)
+        results[name] = await run_system(SYSTEMS[name], jobs=jobs, workers=workers,
+                                         cap_seconds=cap_seconds, status_sample=status_sample)
+        print(json.dumps(results[name]["burst"]), flush=True)
+    return {"jobs": jobs, "workers": workers, "peer_cap_seconds": cap_seconds,
+            "systems": results}
+
+
+def write_peer_reports(result: dict[str, Any]) -> str:
+    from bench.peer_report import markdown
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem = RESULTS / f"peer-multikueue-{result['jobs']}-{result['workers']}w"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    text = markdown(result)
+    stem.with_suffix(".md").write_text(text)
+    return text

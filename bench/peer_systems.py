@@ -1,0 +1,109 @@
+"""The systems the peer benchmark compares, and how each one's controllers are started.
+
+The dispatcher runs as its own process (`dispatcher run`, its defaults with client QPS
+raised, as in bench/dispatch.py), claiming the `bench` namespace; in the fair mode each
+worker entry names the worker's LocalQueue and ClusterQueue. MultiKueue needs no process
+of its own beyond the Kueue managers that `bench/peer_env.py` starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import yaml
+
+from bench.dispatch import DISPATCHER_CLIENT, RESULTS
+from bench.peer_env import (
+    KUEUE_DEFAULTS,
+    KUEUE_TUNED,
+    NAMESPACE,
+    QUEUE,
+    QUOTA,
+    Environment,
+    System,
+)
+from dispatcher.localcluster.cluster import free_port
+from dispatcher.localcluster.kueue import MultiKueueSettings
+
+READY_TIMEOUT_SECONDS = 60.0
+INCREMENTAL = "kueue.x-k8s.io/multikueue-dispatcher-incremental"
+
+SYSTEMS = {
+    "dispatcher-fair": System(name="dispatcher-fair", kind="dispatcher",
+                              worker_kueue=KUEUE_TUNED),
+    "multikueue-default": System(name="multikueue-default", kind="multikueue",
+                                 worker_kueue=KUEUE_DEFAULTS, manager_kueue=KUEUE_DEFAULTS),
+    "dispatcher": System(name="dispatcher", kind="dispatcher"),
+    "multikueue-tuned": System(name="multikueue-tuned", kind="multikueue",
+                               worker_kueue=KUEUE_TUNED, manager_kueue=KUEUE_TUNED),
+    "multikueue-tuned-incremental": System(
+        name="multikueue-tuned-incremental", kind="multikueue", worker_kueue=KUEUE_TUNED,
+        manager_kueue=KUEUE_TUNED, multikueue=MultiKueueSettings(dispatcher_name=INCREMENTAL)),
+}
+"""In run order: the systems alternate, each on fresh clusters. The fair mode's workers
+run Kueue with the same settings as the tuned MultiKueue's workers."""
+
+
+def dispatcher_config(env: Environment, port: int) -> dict[str, Any]:
+    fair = env.system.worker_kueue is not None
+    queues = {"localQueue": QUEUE, "clusterQueue": QUEUE} if fair else {}
+    return {
+        "managerKubeconfig": str(env.plane.clusters["manager"].kubeconfig_path),
+        "claim": {"namespaces": [NAMESPACE]}, "mirror": {"origin": "bench"},
+        "server": {"host": "127.0.0.1", "port": port},
+        "client": DISPATCHER_CLIENT,
+        "workers": {"fromCRD": False, "probeIntervalSeconds": 2, "static": [
+            {"name": w, "kubeconfig": str(env.plane.clusters[w].kubeconfig_path),
+             "quota": QUOTA, **queues} for w in env.workers]},
+    }
+
+
+async def _wait_ready(port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError("the dispatcher exited; see bench/results/peer-dispatcher.log")
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RuntimeError("the dispatcher did not become ready")
+
+
+@asynccontextmanager
+async def controllers(env: Environment) -> AsyncIterator[dict[str, int]]:
+    """Run the system's own processes; yields their pids by name (Kueue's included)."""
+    pids = {f"kueue/{name}": c.kueue.process.pid for name, c in env.plane.clusters.items()
+            if c.kueue is not None and c.kueue.process.pid is not None}
+    if env.system.kind != "dispatcher":
+        yield pids
+        return
+    port = free_port()
+    config_path = env.plane.directory / "peer-dispatcher.yaml"
+    config_path.write_text(yaml.safe_dump(dispatcher_config(env, port)))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with (RESULTS / "peer-dispatcher.log").open("wb") as log:
+        process = subprocess.Popen(  # noqa: ASYNC220 - started once, then only signalled
+            [sys.executable, "-m", "dispatcher", "run", "--config", str(config_path)],
+            stdout=log, stderr=log)
+        try:
+            await _wait_ready(port, process)
+            yield {**pids, "dispatcher": process.pid}
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

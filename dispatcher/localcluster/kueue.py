@@ -1,0 +1,298 @@
+"""Real Kueue on a local cluster: its namespace, certificates, webhooks and process.
+
+`KueueManager(cluster, settings=...)` prepares one Kueue manager for one `LocalCluster`:
+a configuration file, a webhook serving certificate for 127.0.0.1 signed by the
+cluster's own CA, and a `ManagedProcess` running the binary that `controlplane/build.sh`
+built. `await start()` creates the `kueue-system` namespace, starts the process, waits
+for its `/readyz`, then points Kueue's webhook configurations (only the entries for
+Kueue's own kinds and TrainJobs) and the conversion webhooks of its multi-version CRDs
+at the local server (`url` + `caBundle`, as envtest does), and returns once an
+admission request through the webhook succeeds. `await stop()` removes those
+configurations (so the cluster keeps working without Kueue) and ends the process;
+`kill()` ends it at once. The cluster should run the garbage collector: Workloads are
+owned by their jobs and only the collector frees their quota when a job is deleted.
+
+Kueue reads metrics serving certificates from a fixed path when its internal certificate
+management is off (as here, so that the webhook certificate can be our own); a
+self-signed pair is written there once when missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import yaml
+
+from dispatcher.kube.client import ClusterClient
+from dispatcher.kube.resource import CRDS, NAMESPACES, Resource, ResourceKind, status_of
+from dispatcher.localcluster.binaries import KueueFiles, ensure_kueue
+from dispatcher.localcluster.crds import admin_client
+from dispatcher.localcluster.pki import sign_server_certificate
+from dispatcher.localcluster.processes import ManagedProcess
+
+if TYPE_CHECKING:
+    from dispatcher.localcluster.cluster import LocalCluster
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+
+KUEUE_NAMESPACE = "kueue-system"
+TRAINJOB_FRAMEWORK = "trainer.kubeflow.org/trainjob"
+# Webhook entries kept from Kueue's manifests: its own kinds and the one integration on.
+WEBHOOK_GROUPS = frozenset({"kueue.x-k8s.io", "trainer.kubeflow.org"})
+# CRDs that Kueue's kustomization gives a conversion webhook (v1beta1 <-> v1beta2).
+CONVERTED_CRDS = (
+    "clusterqueues.kueue.x-k8s.io", "cohorts.kueue.x-k8s.io", "localqueues.kueue.x-k8s.io",
+    "multikueueclusters.kueue.x-k8s.io", "workloads.kueue.x-k8s.io",
+)
+CONVERSION_PATH = "/convert"
+METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+# The visibility API server needs certificates at a fixed path; the harness does not use it.
+FEATURE_GATES = "VisibilityOnDemand=false"
+MUTATING = ResourceKind("admissionregistration.k8s.io", "v1",
+                        "mutatingwebhookconfigurations", namespaced=False)
+VALIDATING = ResourceKind("admissionregistration.k8s.io", "v1",
+                          "validatingwebhookconfigurations", namespaced=False)
+RESOURCE_FLAVORS_V1BETA2 = ResourceKind("kueue.x-k8s.io", "v1beta2", "resourceflavors",
+                                        namespaced=False)
+READY_TIMEOUT_SECONDS = 60.0
+_FIELD_MANAGER = "trainjob-dispatcher-localcluster"
+_POLL_SECONDS = 0.1
+
+
+class KueueError(RuntimeError):
+    """Kueue did not start, or its webhooks did not answer."""
+
+
+@dataclass(frozen=True)
+class MultiKueueSettings:
+    """The manager-side MultiKueue knobs (`multiKueue` in Kueue's configuration)."""
+
+    dispatcher_name: str = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
+    gc_interval: str = "1m"
+    worker_lost_timeout: str = "15m"
+    origin: str = "multikueue"
+
+
+@dataclass(frozen=True)
+class KueueSettings:
+    """What a harness may tune; the defaults are Kueue's own (qps 20, burst 30)."""
+
+    qps: float = 20.0
+    burst: int = 30
+    # Concurrent reconciles per kind, e.g. {"Workload.kueue.x-k8s.io": 10}; empty = defaults.
+    concurrency: dict[str, int] = field(default_factory=dict)
+    multikueue: MultiKueueSettings | None = None
+    log_level: str = "info"  # zap: debug, info, error, or an integer > 0 (more verbose)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def configuration(*, ports: dict[str, int], cert_dir: Path, settings: KueueSettings) -> JSON:
+    """Kueue's `Configuration` (config.kueue.x-k8s.io/v1beta2) for one local manager."""
+    config: JSON = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": KUEUE_NAMESPACE,
+        "leaderElection": {"leaderElect": False},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['health']}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{ports['metrics']}"},
+        "webhook": {"host": "127.0.0.1", "port": ports["webhook"], "certDir": str(cert_dir)},
+        "internalCertManagement": {"enable": False},
+        "clientConnection": {"qps": settings.qps, "burst": settings.burst},
+        "integrations": {"frameworks": [TRAINJOB_FRAMEWORK]},
+    }
+    if settings.concurrency:
+        config["controller"] = {"groupKindConcurrency": dict(settings.concurrency)}
+    if settings.multikueue is not None:
+        mk = settings.multikueue
+        config["multiKueue"] = {
+            "gcInterval": mk.gc_interval, "origin": mk.origin,
+            "workerLostTimeout": mk.worker_lost_timeout, "dispatcherName": mk.dispatcher_name,
+        }
+    return config
+
+
+def _kept(webhook: JSON) -> bool:
+    groups = {g for rule in webhook.get("rules") or [] for g in rule.get("apiGroups") or []}
+    return bool(groups) and groups <= WEBHOOK_GROUPS
+
+
+def webhook_configurations(manifests: list[JSON], *, base_url: str, ca_bundle: str
+                           ) -> list[tuple[ResourceKind, JSON]]:
+    """Kueue's webhook configurations, reduced to the kept entries and pointed at
+    `base_url` (the local webhook server) instead of an in-cluster Service."""
+    result = []
+    for manifest in manifests:
+        kind = MUTATING if manifest["kind"] == "MutatingWebhookConfiguration" else VALIDATING
+        webhooks = []
+        for webhook in manifest.get("webhooks") or []:
+            if not _kept(webhook):
+                continue
+            path = webhook["clientConfig"]["service"]["path"]
+            webhooks.append({**webhook, "clientConfig": {
+                "url": f"{base_url}{path}", "caBundle": ca_bundle}})
+        result.append((kind, {
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": manifest["kind"],
+            "metadata": {"name": f"kueue-{manifest['metadata']['name']}"},
+            "webhooks": webhooks,
+        }))
+    return result
+
+
+def _conversion(*, base_url: str, ca_bundle: str) -> JSON:
+    return {"spec": {"conversion": {"strategy": "Webhook", "webhook": {
+        "clientConfig": {"url": f"{base_url}{CONVERSION_PATH}", "caBundle": ca_bundle},
+        "conversionReviewVersions": ["v1"]}}}}
+
+
+_NO_CONVERSION: JSON = {"spec": {"conversion": {"strategy": "None", "webhook": None}}}
+
+
+def ensure_metrics_certificates(cluster: LocalCluster, directory: Path = METRICS_CERT_DIR
+                                ) -> None:
+    """Write a metrics serving pair where Kueue insists on finding one, once."""
+    if (directory / "tls.crt").exists() and (directory / "tls.key").exists():
+        return
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except PermissionError as error:
+        raise KueueError(f"Kueue needs {directory}/tls.{{crt,key}}; cannot create them: "
+                         f"{error}") from error
+    cert, key = sign_server_certificate(cluster.certs, common_name="kueue-metrics")
+    (directory / "tls.key").write_bytes(key)
+    (directory / "tls.crt").write_bytes(cert)
+
+
+class KueueManager:
+    """One Kueue manager process serving one local cluster."""
+
+    def __init__(self, cluster: LocalCluster, *, settings: KueueSettings | None = None,
+                 files: KueueFiles | None = None) -> None:
+        from dispatcher.localcluster.cluster import free_port
+
+        self.cluster = cluster
+        self.settings = settings or KueueSettings()
+        self.files = files or ensure_kueue()
+        self.directory = cluster.directory / "kueue"
+        self.ports = {"health": free_port(), "metrics": free_port(), "webhook": free_port()}
+        self.base_url = f"https://127.0.0.1:{self.ports['webhook']}"
+        self.ca_bundle = _b64(cluster.certs.ca_cert.read_bytes())
+        cert_dir = self.directory / "webhook-certs"
+        cert_dir.mkdir(parents=True, exist_ok=True)
+        cert, key = sign_server_certificate(cluster.certs, common_name="kueue-webhook")
+        (cert_dir / "tls.key").write_bytes(key)
+        (cert_dir / "tls.crt").write_bytes(cert)
+        config_path = self.directory / "config.yaml"
+        config_path.write_text(yaml.safe_dump(
+            configuration(ports=self.ports, cert_dir=cert_dir, settings=self.settings)))
+        self.process = ManagedProcess(
+            name=f"{cluster.name}/kueue",
+            argv=[str(self.files.binary), f"--config={config_path}",
+                  f"--feature-gates={FEATURE_GATES}", f"--zap-log-level={self.settings.log_level}"],
+            log_path=cluster.directory / "kueue.log",
+            env={"KUBECONFIG": str(cluster.kubeconfig_path)},
+        )
+
+    async def start(self, *, timeout: float = READY_TIMEOUT_SECONDS) -> None:
+        """Start Kueue and return once its webhooks answer admission requests."""
+        ensure_metrics_certificates(self.cluster)
+        client = await admin_client(self.cluster)
+        try:
+            await _ensure_namespace(client, KUEUE_NAMESPACE)
+            self.process.start()
+            deadline = time.monotonic() + timeout
+            await self._wait_ready(deadline)
+            await self._install_webhooks(client)
+            await self._wait_admission(client, deadline)
+        finally:
+            await client.close()
+        log.info("%s: Kueue ready (webhook %s)", self.cluster.name, self.base_url)
+
+    async def _wait_ready(self, deadline: float) -> None:
+        url = f"http://127.0.0.1:{self.ports['health']}/readyz"
+        async with aiohttp.ClientSession() as session:
+            while True:
+                if not self.process.running():
+                    raise KueueError(f"{self.process.name} exited:\n{self.process.tail()}")
+                try:
+                    async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                        if r.status == 200:
+                            return
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise KueueError(f"{self.process.name} not ready:\n{self.process.tail()}")
+                await asyncio.sleep(_POLL_SECONDS)
+
+    async def _install_webhooks(self, client: ClusterClient) -> None:
+        manifests = [d for d in yaml.safe_load_all(self.files.webhooks.read_text()) if d]
+        for kind, body in webhook_configurations(manifests, base_url=self.base_url,
+                                                 ca_bundle=self.ca_bundle):
+            await Resource(client, kind).apply(body, field_manager=_FIELD_MANAGER)
+        crds = Resource(client, CRDS)
+        patch = _conversion(base_url=self.base_url, ca_bundle=self.ca_bundle)
+        for name in CONVERTED_CRDS:
+            await crds.merge_patch(name, patch)
+
+    async def _wait_admission(self, client: ClusterClient, deadline: float) -> None:
+        """A dry-run create through the ResourceFlavor webhooks: Kueue's objects can be
+        created from here on (its webhooks reject requests while it cannot serve)."""
+        probe = {"apiVersion": RESOURCE_FLAVORS_V1BETA2.api_version, "kind": "ResourceFlavor",
+                 "metadata": {"name": "harness-webhook-probe"}}
+        path = RESOURCE_FLAVORS_V1BETA2.path()
+        while True:
+            try:
+                await client.request("POST", path, body=probe, query=[("dryRun", "All")],
+                                     verb="create")
+                return
+            except Exception as error:
+                if status_of(error) == 409:
+                    return
+                if time.monotonic() > deadline or not self.process.running():
+                    raise KueueError(f"{self.process.name}: webhook not answering ({error}):\n"
+                                     f"{self.process.tail()}") from error
+            await asyncio.sleep(_POLL_SECONDS)
+
+    async def _uninstall_webhooks(self) -> None:
+        client = await admin_client(self.cluster, timeout=5.0)
+        try:
+            manifests = [d for d in yaml.safe_load_all(self.files.webhooks.read_text()) if d]
+            for kind, body in webhook_configurations(manifests, base_url=self.base_url,
+                                                     ca_bundle=self.ca_bundle):
+                await Resource(client, kind).delete(body["metadata"]["name"])
+            for name in CONVERTED_CRDS:
+                await Resource(client, CRDS).merge_patch(name, _NO_CONVERSION)
+        finally:
+            await client.close()
+
+    async def stop(self) -> None:
+        """Unhook Kueue from the cluster's API server, then end the process."""
+        if self.cluster.apiserver.running():
+            try:
+                await self._uninstall_webhooks()
+            except Exception as error:  # the cluster may be going away too
+                log.warning("%s: could not remove Kueue's webhooks: %s", self.cluster.name,
+                            error)
+        self.process.stop()
+
+    def kill(self) -> None:
+        self.process.kill()
+
+
+async def _ensure_namespace(client: ClusterClient, name: str) -> None:
+    try:
+        await Resource(client, NAMESPACES).create(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    except Exception as error:
+        if status_of(error) != 409:
+            raise

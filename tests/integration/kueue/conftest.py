@@ -1,0 +1,104 @@
+"""Clusters that run real Kueue, shared by the Kueue tests of one session.
+
+A control plane of its own (so the hand-written ClusterQueue statuses of the other
+tests never meet a real Kueue): a MultiKueue manager and two workers, each with the
+garbage collector and a Kueue manager (the manager's with MultiKueue on), a manager
+without Kueue for the dispatcher, the sample runtime, and a simulated trainer on each
+worker. The dispatcher's manager has no Kueue because Kueue's TrainJob webhook adds its
+runtime patch to every TrainJob there, which the mirror would carry to a worker whose
+Kueue adds it again (a duplicate the API server rejects). Every test gets a namespace of
+its own on every cluster and queues named after it, so tests share the clusters without
+sharing quota.
+If the Kueue binary cannot be found or built, the fixture fails: it never skips.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest_asyncio
+import yaml
+
+from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES
+from dispatcher.kube.client import ClientSettings, ClusterClient
+from dispatcher.kube.resource import NAMESPACES, Resource
+from dispatcher.localcluster import LocalControlPlane
+from dispatcher.localcluster.kueue import KueueSettings, MultiKueueSettings
+from dispatcher.localcluster.simulated_trainer import SimulatedTrainer
+from tests.integration.conftest import SAMPLES
+
+MANAGER = "manager"
+DISPATCHER_MANAGER = "hub"
+WORKERS = ("worker-a", "worker-b")
+CLUSTERS = (MANAGER, DISPATCHER_MANAGER, *WORKERS)
+RUN_SECONDS = 1.0
+
+
+@dataclass
+class KueueClusters:
+    """The Kueue-enabled plane and a test-side admin client per cluster."""
+
+    plane: LocalControlPlane
+    clients: dict[str, ClusterClient]
+
+
+async def _start_plane(plane: LocalControlPlane) -> None:
+    await plane.start(CLUSTERS, controllers=CLUSTERS)
+    manager_settings = KueueSettings(multikueue=MultiKueueSettings(gc_interval="5s"))
+    await asyncio.gather(
+        plane.clusters[MANAGER].start_kueue(manager_settings),
+        *(plane.clusters[w].start_kueue() for w in WORKERS),
+    )
+
+
+@pytest_asyncio.fixture(scope="session")
+async def kueue_clusters() -> AsyncIterator[KueueClusters]:
+    plane = LocalControlPlane()
+    clients: dict[str, ClusterClient] = {}
+    trainers: list[asyncio.Task[None]] = []
+    try:
+        await _start_plane(plane)
+        for name, cluster in plane.clusters.items():
+            clients[name] = await ClusterClient.from_kubeconfig(
+                name=name, kubeconfig=cluster.kubeconfig(),
+                settings=ClientSettings(qps=1000, burst=1000, timeout_seconds=10))
+        runtime = yaml.safe_load((SAMPLES / "clustertrainingruntime-torch.yaml").read_text())
+        for client in clients.values():
+            await Resource(client, CLUSTER_TRAINING_RUNTIMES).apply(runtime,
+                                                                    field_manager="tests")
+        for worker in WORKERS:
+            trainer = SimulatedTrainer(clients[worker], start_delay=0.2, run_seconds=RUN_SECONDS)
+            trainers.append(asyncio.create_task(trainer.run(), name=f"trainer/{worker}"))
+        yield KueueClusters(plane=plane, clients=clients)
+    finally:
+        for task in trainers:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for client in clients.values():
+            await client.close()
+        plane.stop()
+
+
+@pytest_asyncio.fixture
+async def kueue_namespace(kueue_clusters: KueueClusters) -> AsyncIterator[str]:
+    """A fresh namespace of the same name on every Kueue cluster."""
+    name = f"k-{uuid.uuid4().hex[:10]}"
+    for client in kueue_clusters.clients.values():
+        await Resource(client, NAMESPACES).create(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+
+
+def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """An object's status conditions by type."""
+    return {c["type"]: c for c in ((obj or {}).get("status") or {}).get("conditions") or []}
+
+
+def is_true(obj: dict[str, Any] | None, type_: str) -> bool:
+    return conditions(obj).get(type_, {}).get("status") == "True"
