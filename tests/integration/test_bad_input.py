@@ -4,6 +4,7 @@ describe` shows), nothing is booked for it, and the jobs beside it run as usual.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
@@ -19,6 +20,7 @@ from dispatcher.app import Dispatcher
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import EVENTS, Resource
 from dispatcher.localcluster import LocalControlPlane
+from dispatcher.localcluster.binaries import ensure_binaries
 from dispatcher.placement.resources import parse_vector
 from tests.factories import trainjob
 from tests.integration.conftest import StartDispatcher, eventually
@@ -36,6 +38,18 @@ async def described(clients: dict[str, ClusterClient], namespace: str,
     listed = await Resource(clients["manager"], EVENTS).list(namespace=namespace)
     events = [e for e in listed["items"] if e["regarding"]["name"] == name]
     return dispatched, events
+
+
+async def kubectl_describe(control_plane: LocalControlPlane, namespace: str,
+                           name: str) -> str:
+    """What `kubectl describe trainjob` prints, with the kubectl built with the plane."""
+    process = await asyncio.create_subprocess_exec(
+        str(ensure_binaries() / "kubectl"), "--kubeconfig",
+        str(control_plane.clusters["manager"].kubeconfig_path), "describe", "trainjob", name,
+        "-n", namespace, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    output, _ = await process.communicate()
+    assert process.returncode == 0, output.decode()
+    return output.decode()
 
 
 async def reason_of(clients: dict[str, ClusterClient], namespace: str, name: str,
@@ -63,7 +77,7 @@ async def metric_values(dispatcher: Dispatcher, name: str) -> dict[str, float]:
 
 async def test_invalid_jobs_get_named_reasons_and_book_nothing(
     start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
-    worker_kubeconfigs: dict[str, str],
+    worker_kubeconfigs: dict[str, str], control_plane: LocalControlPlane,
 ) -> None:
     cyclic_runtime = f"{namespace}-cyclic"
     cyclic = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
@@ -110,6 +124,10 @@ async def test_invalid_jobs_get_named_reasons_and_book_nothing(
                 name, namespace=namespace)
             assert job is not None and c.ANNOTATION_CLUSTER not in (
                 job["metadata"].get("annotations") or {})
+            described_text = " ".join((await kubectl_describe(control_plane, namespace,
+                                                              name)).split())
+            assert f"Reason: {reason}" in described_text, described_text
+            assert f"Warning {reason}" in described_text, described_text
 
         waiting = await eventually(lambda: reason_of(admin_clients, namespace, "normal-8",
                                                      c.REASON_WAITING_FOR_QUOTA))
@@ -157,6 +175,8 @@ async def test_never_fits_waits_for_a_worker_then_runs_once_it_is_usable(
     huge = await eventually(lambda: reason_of(admin_clients, namespace, "huge",
                                               c.REASON_UNSCHEDULABLE))
     assert huge["message"] == "needs 100 cpu; the only matching worker, worker-a, has 8 in total"
+    shown = " ".join((await kubectl_describe(control_plane, namespace, "huge")).split())
+    assert f"Reason: {c.REASON_UNSCHEDULABLE}" in shown and "has 8 in total" in shown
     fpga = await eventually(lambda: reason_of(admin_clients, namespace, "fpga",
                                               c.REASON_UNSCHEDULABLE))
     assert fpga["message"] == ("needs 1 example.com/fpga; "
@@ -176,6 +196,8 @@ async def test_never_fits_waits_for_a_worker_then_runs_once_it_is_usable(
             assert waiting["message"].startswith(
                 f"only workers that are not active could hold it: {big} (SecretNotFound: ")
             assert "worker-a" not in waiting["message"]
+        shown = " ".join((await kubectl_describe(control_plane, namespace, "huge")).split())
+        assert f"Reason: {c.REASON_NO_ACTIVE_WORKER}" in shown and "SecretNotFound" in shown
 
         kubeconfig = yaml.safe_load(control_plane.clusters["worker-b"].kubeconfig_path
                                     .read_text())
