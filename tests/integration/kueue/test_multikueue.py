@@ -50,9 +50,12 @@ async def test_one_trainjob_through_multikueue_completes_on_the_manager(
     job = await eventually(complete, timeout=60, interval=0.1)
     assert job["spec"]["managedBy"] == MANAGED_BY_MULTIKUEUE
     assert remote_on, "no worker copy was ever seen"
-    listed = await Resource(clients["manager"], WORKLOADS).list(namespace=ns)
-    (workload,) = listed["items"]
-    assert is_true(workload, "Finished")
+    async def finished() -> dict[str, Any] | None:
+        # Kueue marks the Workload Finished a moment after the job's Complete condition.
+        listed = await Resource(clients["manager"], WORKLOADS).list(namespace=ns)
+        (workload,) = listed["items"]
+        return workload if is_true(workload, "Finished") else None
+    workload = await eventually(finished, timeout=30, interval=0.1)
     checks = {s["name"]: s for s in workload["status"].get("admissionChecks") or []}
     assert checks[check]["state"] == "Ready", checks
     assert conditions(job)["Complete"]["status"] == "True"
