@@ -2,7 +2,8 @@
 
 The runtime is the ClusterTrainingRuntime or TrainingRuntime of `spec.runtimeRef`; the
 demand is `placement.demand` of the two. A mirror has the job's namespace, name and spec
-without `managedBy` (so the worker's own trainer runs it), the origin label and the
+without `managedBy` (so the worker's own trainer runs it) and without the runtime patch a
+manager-side Kueue adds (the worker's Kueue adds its own), the origin label and the
 manager's UID. It runs while a replicated job has active or ready pods, ends with a
 True `Complete` or `Failed` condition, and was evicted by the worker when it is
 suspended after it started (the dispatcher never suspends a mirror; it deletes it).
@@ -30,6 +31,7 @@ from dispatcher.placement.options import DemandMode
 JSON = dict[str, Any]
 CLUSTER_RUNTIME = "ClusterTrainingRuntime"
 NAMESPACED_RUNTIME = "TrainingRuntime"
+KUEUE_RUNTIME_PATCH_MANAGER = "kueue.x-k8s.io/manager"
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 _SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp",
                     "managedFields", "deletionTimestamp", "deletionGracePeriodSeconds",
@@ -73,6 +75,14 @@ class TrainJobKind:
         annotations[c.ANNOTATION_MANAGER_UID] = metadata["uid"]
         spec = copy.deepcopy(job["spec"])
         spec.pop("managedBy", None)
+        # A manager running Kueue adds its own runtime patch to every TrainJob; the
+        # worker's Kueue adds it again, and a duplicate entry is refused there.
+        patches = [p for p in spec.get("runtimePatches") or []
+                   if p.get("manager") != KUEUE_RUNTIME_PATCH_MANAGER]
+        if patches:
+            spec["runtimePatches"] = patches
+        else:
+            spec.pop("runtimePatches", None)
         mirror_metadata = {k: v for k, v in metadata.items() if k not in _SERVER_METADATA}
         mirror_metadata.update(labels=labels, annotations=annotations)
         return {"apiVersion": self.kind.api_version, "kind": "TrainJob",
