@@ -224,7 +224,7 @@ async def run_dispatcher(plane: LocalControlPlane, clients: dict[str, ClusterCli
     process = subprocess.Popen(  # noqa: ASYNC220 - started once, then only signalled
         argv, stdout=log, stderr=log)
     try:
-        await _wait_ready(port)
+        await wait_ready(port, process)
         watchers = {w: Watcher(clients[w], "bench") for w in workers}
         manager_watch = Watcher(clients["manager"], "bench")
         await asyncio.gather(*(w.informer.synced.wait() for w in watchers.values()),
@@ -306,10 +306,14 @@ async def run_dispatcher(plane: LocalControlPlane, clients: dict[str, ClusterCli
         log.close()
 
 
-async def _wait_ready(port: int) -> None:
-    deadline = time.monotonic() + 60
+async def wait_ready(port: int, process: subprocess.Popen[bytes], *,
+                     timeout: float = 60.0) -> None:
+    """Until the dispatcher on `port` answers /readyz, or fail when its process exits."""
+    deadline = time.monotonic() + timeout
     async with aiohttp.ClientSession() as session:
         while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"the dispatcher exited (code {process.returncode})")
             try:
                 async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
                     if response.status == 200:

@@ -8,18 +8,15 @@ of its own beyond the Kueue managers that `bench/peer_env.py` starts.
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import aiohttp
 import yaml
 
-from bench.dispatch import DISPATCHER_CLIENT, RESULTS
+from bench.dispatch import DISPATCHER_CLIENT, RESULTS, wait_ready
 from bench.peer_env import (
     KUEUE_DEFAULTS,
     KUEUE_TUNED,
@@ -65,22 +62,6 @@ def dispatcher_config(env: Environment, port: int) -> dict[str, Any]:
     }
 
 
-async def _wait_ready(port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError("the dispatcher exited; see bench/results/peer-dispatcher.log")
-            try:
-                async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError("the dispatcher did not become ready")
-
-
 @asynccontextmanager
 async def controllers(env: Environment) -> AsyncIterator[dict[str, int]]:
     """Run the system's own processes; yields their pids by name (Kueue's included)."""
@@ -98,7 +79,7 @@ async def controllers(env: Environment) -> AsyncIterator[dict[str, int]]:
             [sys.executable, "-m", "dispatcher", "run", "--config", str(config_path)],
             stdout=log, stderr=log)
         try:
-            await _wait_ready(port, process)
+            await wait_ready(port, process, timeout=READY_TIMEOUT_SECONDS)
             yield {**pids, "dispatcher": process.pid}
         finally:
             process.terminate()

@@ -216,11 +216,11 @@ class Dispatcher:
 
     async def _gauges(self) -> None:
         while True:
-            await guarded("gauges", self._refresh_gauges_async)
+            try:
+                self._refresh_gauges()
+            except Exception:
+                log.exception("refreshing gauges failed")
             await asyncio.sleep(_GAUGE_INTERVAL_SECONDS)
-
-    async def _refresh_gauges_async(self) -> None:
-        self._refresh_gauges()
 
     async def _start_when_synced(self, informers: list[Informer], queue: WorkQueue) -> None:
         """Sync caches, connect workers, rebuild the ledger; then reconcile (forever)."""

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -124,16 +125,22 @@ async def _admin(args: argparse.Namespace) -> int:
         m, name=args.name, spec=spec, console=console, done=done))
 
 
-async def _run_up(args: argparse.Namespace) -> None:
-    from dispatcher.localenv import run_up
-
+async def _until_signalled(work: Awaitable[None]) -> None:
+    """Run `work` until it ends or SIGTERM/SIGINT cancels it (a clean stop)."""
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     assert task is not None
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, task.cancel)
     with contextlib.suppress(asyncio.CancelledError):
-        await run_up(directory=args.directory, port=args.port, run_seconds=args.jobs_seconds)
+        await work
+
+
+async def _run_up(args: argparse.Namespace) -> None:
+    from dispatcher.localenv import run_up
+
+    await _until_signalled(run_up(directory=args.directory, port=args.port,
+                                  run_seconds=args.jobs_seconds))
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -165,13 +172,7 @@ def load_config(path: Path | None) -> DispatcherConfig:
 async def _run_service(config: DispatcherConfig) -> None:
     from dispatcher.app import Dispatcher
 
-    task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    assert task is not None
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, task.cancel)
-    with contextlib.suppress(asyncio.CancelledError):
-        await Dispatcher(config).run()
+    await _until_signalled(Dispatcher(config).run())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,6 +58,7 @@ from dispatcher.observability.events import EventRecorder
 from dispatcher.observability.metrics import Metrics
 from dispatcher.placement import resources
 from dispatcher.placement.ledger import Booking, Ledger
+from dispatcher.placement.scheduler import PendingJob
 from dispatcher.placement.validation import DemandError, checked_vector_text
 
 log = logging.getLogger(__name__)
@@ -254,7 +255,7 @@ class JobsController:
         self.scheduling.withdraw(uid)
         self.scheduling.trigger()
 
-    async def _enqueue(self, s: JobSnapshot, entry: Any) -> Result:
+    async def _enqueue(self, s: JobSnapshot, entry: PendingJob) -> Result:
         assert s.job is not None
         self.scheduling.submit(entry)
         decision = self.scheduling.decisions.get(s.uid)

@@ -41,9 +41,6 @@ class WorkerWriter:
         self.metrics = metrics
         self._namespaces: dict[str, set[str]] = {}
 
-    def forget_worker(self, worker: str) -> None:
-        self._namespaces.pop(worker, None)
-
     async def _ensure_namespace(self, worker: WorkerConnection, namespace: str) -> None:
         known = self._namespaces.setdefault(worker.name, set())
         if namespace in known or not self.create_namespaces:
