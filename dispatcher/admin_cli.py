@@ -146,17 +146,20 @@ async def cluster_set(manager: ClusterClient, *, name: str, spec: dict[str, Any]
 
 def _amounts(view: WorkerRow, what: str) -> str:
     values = ((b.resource, getattr(b, what)) for b in view.resources)
-    return ", ".join(f"{k}={v}" for k, v in values if v is not None) or "-"
+    shown = (None, "0") if what == "used_by_others" else (None,)
+    return ", ".join(f"{k}={v}" for k, v in values if v not in shown) or "-"
 
 
 async def cluster_list(manager: ClusterClient, *, console: Console) -> int:
     listed = await Resource(manager, WORKER_CLUSTERS).list()
     table = Table(title="Worker clusters")
-    for column in ("Name", "Active", "Reason", "Quota", "Used", "Free", "Mirrors", "Flags"):
+    for column in ("Name", "Active", "Reason", "Quota", "Used", "By others", "Free",
+                   "Mirrors", "Flags"):
         table.add_column(column)
     for row in sorted(map(worker_row_from_object, listed["items"]), key=lambda w: w.name):
         table.add_row(row.name, row.active, f"{row.reason}: {row.message}".strip(": "),
-                      _amounts(row, "quota"), _amounts(row, "used"), _amounts(row, "free"),
+                      _amounts(row, "quota"), _amounts(row, "used"),
+                      _amounts(row, "used_by_others"), _amounts(row, "free"),
                       str(row.mirrors), row.flags)
     console.print(table)
     return 0

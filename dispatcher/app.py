@@ -38,8 +38,7 @@ from dispatcher.observability.statusview import (
     build_view,
     worker_row,
 )
-from dispatcher.placement import resources
-from dispatcher.placement.capacity import Capacity, capacity
+from dispatcher.placement.capacity import Capacity, OurJob, capacity, queue_room
 from dispatcher.placement.ledger import Ledger
 from dispatcher.placement.scheduler import Decision, WorkerView
 from dispatcher.supervision import TaskOwner, guarded
@@ -104,14 +103,21 @@ class Dispatcher:
 
     def capacity_of(self, worker: WorkerConnection) -> Capacity:
         """The worker's quota, what we and others use of it, and what is free."""
-        bookings = self.ledger.jobs_on(worker.name)
-        running = resources.add(*(
-            booking.demand for booking in bookings
-            if worker.mirrors is not None and self.kind.running(worker.mirrors.get(booking.key))
-        ))
-        return capacity(declared=worker.spec.quota, live_quota=worker.live_quota,
-                        live_used=worker.live_used, booked=self.ledger.used(worker.name),
-                        booked_running=running)
+        booked = self.ledger.used(worker.name)
+        kueue = worker.kueue
+        queue = kueue.queues.get(kueue.cluster_queue) if kueue is not None else None
+        if kueue is None or queue is None:
+            return capacity(declared=worker.spec.quota, booked=booked)
+        ours = []
+        for booking in self.ledger.jobs_on(worker.name):
+            mirror = worker.mirrors.get(booking.key) if worker.mirrors is not None else None
+            reservation = None
+            if mirror is not None and self.kind.is_ours(
+                    mirror, manager_uid=booking.uid, origin=self.config.mirror.origin):
+                reservation = kueue.reservation_of(mirror["metadata"].get("uid", ""))
+            ours.append(OurJob(booked=booking.demand, reservation=reservation))
+        room = queue_room(queue, kueue.queues, kueue.reserved, ours)
+        return capacity(declared=worker.spec.quota, booked=booked, room=room)
 
     def _worker_views(self) -> list[WorkerView]:
         assert self.registry is not None
@@ -120,7 +126,8 @@ class Dispatcher:
             spec = worker.spec
             room = self.capacity_of(worker)
             views.append(WorkerView(
-                name=worker.name, quota=room.quota, used=room.used, labels=spec.labels,
+                name=worker.name, quota=room.ceiling, used=room.scheduler_used,
+                labels=spec.labels,
                 active=worker.usable() and worker.collected,
                 cordoned=spec.cordoned or spec.drain, unavailable=_unavailable(worker),
             ))
@@ -178,6 +185,10 @@ class Dispatcher:
         assert self.jobs is not None
         self.jobs.on_mirror_event(worker, event_type, obj)
 
+    def _on_workload_news(self, worker: str, key: str) -> None:
+        assert self.jobs is not None
+        self.jobs.on_workload_news(worker, key)
+
     def _on_decision(self, decision: Decision) -> None:
         assert self.jobs is not None
         self.jobs.on_decision(decision.key)
@@ -201,9 +212,12 @@ class Dispatcher:
             m.jobs.labels("running", worker.name).set(running)
             m.worker_active.labels(worker.name).set(1 if worker.usable() else 0)
             room = self.capacity_of(worker)
-            quota, used, free = room.quota or {}, room.used, room.free or {}
-            for name in set(quota) | set(used):
-                m.worker_used.labels(worker.name, name).set(float(used.get(name, 0)))
+            quota, free = room.quota or {}, room.free or {}
+            ours, others = room.used_by_us, room.used_by_others
+            for name in set(quota) | set(ours) | set(others):
+                m.worker_used.labels(worker.name, name).set(float(ours.get(name, 0)))
+                m.worker_used_by_others.labels(worker.name, name).set(
+                    float(others.get(name, 0)))
                 if name in quota:
                     m.worker_quota.labels(worker.name, name).set(float(quota[name]))
                     m.worker_free.labels(worker.name, name).set(float(free.get(name, 0)))
@@ -305,7 +319,8 @@ class Dispatcher:
                 client_settings=self._client_settings(), informer_settings=informer_settings,
                 kind=kind, origin=cfg.mirror.origin,
                 probe_interval=cfg.workers.probe_interval_seconds,
-                on_change=self._on_worker_change, observer=self.metrics.observe_request),
+                on_change=self._on_worker_change, observer=self.metrics.observe_request,
+                on_workload=self._on_workload_news),
             on_mirror_event=self._on_mirror_event,
         )
         events = self._events = EventRecorder(manager, instance=self.instance)

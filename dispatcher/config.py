@@ -109,7 +109,14 @@ class PlacementConfig(_Group):
     )
     rejection_backoff_seconds: float = Field(
         300.0, alias="rejectionBackoffSeconds", ge=0,
-        description="How long a worker that rejected a job is not tried again for it.",
+        description="How long a worker that rejected a job (or did not admit it in time, "
+                    "or preempted it) is not tried again for it.",
+    )
+    admission_timeout_seconds: float = Field(
+        300.0, alias="admissionTimeoutSeconds", ge=0,
+        description="How long a mirror may wait for the worker's Kueue to admit it before "
+                    "the job is placed elsewhere (not counted as an eviction); 0 waits "
+                    "forever.",
     )
 
 

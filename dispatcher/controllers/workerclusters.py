@@ -19,6 +19,7 @@ import datetime
 import logging
 import time
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -70,6 +71,10 @@ def static_spec(worker: StaticWorker, *, allow_insecure: bool) -> WorkerSpec:
         quota=quota, labels=dict(worker.labels), local_queue=worker.local_queue,
         cluster_queue=worker.cluster_queue, cordoned=worker.cordoned, from_crd=False,
     )
+
+
+def _amounts(vector: dict[str, Fraction]) -> dict[str, str]:
+    return {name: format_quantity(amount) for name, amount in sorted(vector.items())}
 
 
 class WorkerClustersController:
@@ -159,11 +164,13 @@ class WorkerClustersController:
                             "reason": worker.reason, "message": worker.message,
                             "lastTransitionTime": since}],
             "mirrors": len(worker.mirrors.store) if worker.mirrors else 0,
-            "used": {k: format_quantity(v) for k, v in capacity.used.items()},
+            "used": _amounts(capacity.used),
+            "usedByUs": _amounts(capacity.used_by_us),
+            "usedByOthers": _amounts(capacity.used_by_others),
         }
         if capacity.quota is not None and capacity.free is not None:
-            desired["quota"] = {k: format_quantity(v) for k, v in capacity.quota.items()}
-            desired["free"] = {k: format_quantity(v) for k, v in capacity.free.items()}
+            desired["quota"] = _amounts(capacity.quota)
+            desired["free"] = _amounts(capacity.free)
         return desired
 
     async def write_statuses(self) -> None:

@@ -18,21 +18,21 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from fractions import Fraction
 
 from dispatcher.api import constants as c
-from dispatcher.api.kueue import CLUSTER_QUEUES
+from dispatcher.api.kueue import CLUSTER_QUEUES, WORKLOADS
 from dispatcher.api.workercluster import WorkerSpec
+from dispatcher.controllers.worker_kueue import QueueProblem, WorkerKueue
 from dispatcher.kinds import JobKind
 from dispatcher.kube.client import ClientSettings, ClusterClient, RequestObserver
 from dispatcher.kube.informer import EventHandler, Informer, InformerSettings
 from dispatcher.kube.resource import Resource, ResourceKind, message_of, status_of
-from dispatcher.placement.live_quota import cluster_queue_quota
-from dispatcher.placement.quantity import QuantityError
 
 log = logging.getLogger(__name__)
 
 ChangeHandler = Callable[["WorkerConnection"], None]
+WorkloadHandler = Callable[[str, str], None]
+"""(worker, job key): a Workload of that job changed on that worker."""
 
 
 def _reason_for(error: BaseException, kind: ResourceKind) -> tuple[str, str]:
@@ -60,6 +60,7 @@ class ConnectionOptions:
     probe_interval: float
     on_change: ChangeHandler
     observer: RequestObserver
+    on_workload: WorkloadHandler = lambda worker, key: None
 
 
 class WorkerConnection:
@@ -83,9 +84,8 @@ class WorkerConnection:
         self.lost_since: float | None = lost_since
         """Wall-clock time the worker became unreachable; None while reachable."""
         self.last_probe: float | None = None
-        self.live_quota: dict[str, Fraction] | None = None
-        self.live_used: dict[str, Fraction] | None = None
-        """The named Kueue ClusterQueue's nominal quota and usage, when one is named."""
+        self.kueue: WorkerKueue | None = None
+        """The worker's Kueue, when the registration names a local or cluster queue."""
         self.collected = False
         """Whether stale mirrors were collected since the worker last became active;
         nothing new is placed on it before."""
@@ -93,12 +93,17 @@ class WorkerConnection:
         self._on_change = options.on_change
         self._on_mirror_event = on_mirror_event
         self._tasks: list[asyncio.Task[None]] = []
-        self._watch_error: Exception | None = None
+        self._watch_errors: dict[str, Exception | None] = {}
         self._probe_now = asyncio.Event()
 
     def usable(self) -> bool:
-        """Active and synced: safe to place on and to trust its mirror cache."""
-        return self.active and self.mirrors is not None and self.mirrors.synced.is_set()
+        """Active and synced: safe to place on and to trust its mirror (and Workload)
+        caches."""
+        return self.active and self._synced()
+
+    def _synced(self) -> bool:
+        return (self.mirrors is not None and self.mirrors.synced.is_set()
+                and (self.kueue is None or self.kueue.synced))
 
     def _set_state(self, active: bool, reason: str, message: str) -> None:
         network_loss = not active and reason in (c.REASON_UNREACHABLE, c.REASON_UNAUTHORIZED)
@@ -144,7 +149,7 @@ class WorkerConnection:
             Resource(self.client, self._options.kind.kind),
             label_selector=f"{c.LABEL_ORIGIN}={self._options.origin}",
             settings=self._options.informer_settings,
-            on_connection=self._on_watch_state,
+            on_connection=lambda error: self._on_watch_state("mirrors", error),
             name=f"{self.name}/mirrors",
         )
         self.mirrors.add_handler(self._on_mirror_event)
@@ -152,11 +157,20 @@ class WorkerConnection:
             asyncio.create_task(self.mirrors.run(), name=f"worker/{self.name}/watch-mirrors"),
             asyncio.create_task(self._probe_loop(), name=f"worker/{self.name}/probe"),
         ]
+        if self.spec.local_queue or self.spec.cluster_queue:
+            self.kueue = WorkerKueue(
+                self.client, cluster_queue=self.spec.cluster_queue, worker=self.name,
+                settings=self._options.informer_settings,
+                on_connection=lambda error: self._on_watch_state("workloads", error),
+                on_news=lambda key: self._options.on_workload(self.name, key))
+            self._tasks.append(asyncio.create_task(
+                self.kueue.run(), name=f"worker/{self.name}/watch-workloads"))
 
-    def _on_watch_state(self, error: Exception | None) -> None:
-        self._watch_error = error
+    def _on_watch_state(self, watch: str, error: Exception | None) -> None:
+        self._watch_errors[watch] = error
         if error is not None:
-            self._set_state(False, *_reason_for(error, self._options.kind.kind))
+            kind = WORKLOADS if watch == "workloads" else self._options.kind.kind
+            self._set_state(False, *_reason_for(error, kind))
         self._probe_now.set()
 
     async def probe(self) -> None:
@@ -170,35 +184,26 @@ class WorkerConnection:
         except Exception as error:
             self._set_state(False, *_reason_for(error, self._options.kind.kind))
             return
-        if self.spec.cluster_queue and not await self._read_cluster_queue():
-            return
-        if self.mirrors is not None and self.mirrors.synced.is_set() and self._watch_error is None:
-            self._set_state(True, c.REASON_CONNECTED, "connected")
-
-    async def _read_cluster_queue(self) -> bool:
-        """Refresh the live quota; False (worker inactive) when it cannot be read."""
-        assert self.client is not None
-        try:
-            queue = await Resource(self.client, CLUSTER_QUEUES).get(self.spec.cluster_queue)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            self._set_state(False, *_reason_for(error, self._options.kind.kind))
-            return False
-        if queue is None:
-            self._set_state(False, c.REASON_MISSING_CLUSTER_QUEUE,
-                            f"ClusterQueue {self.spec.cluster_queue!r} not found on the worker")
-            return False
-        try:
-            quota, used = cluster_queue_quota(queue)
-        except (QuantityError, KeyError) as error:
-            self._set_state(False, c.REASON_BAD_QUOTA,
-                            f"ClusterQueue {self.spec.cluster_queue!r} quota unreadable: {error}")
-            return False
-        if (quota, used) != (self.live_quota, self.live_used):
-            self.live_quota, self.live_used = quota, used
-            self.notify()
-        return True
+        message = "connected"
+        if self.kueue is not None and self.spec.cluster_queue:
+            try:
+                if await self.kueue.refresh_queues():
+                    self.notify()
+            except asyncio.CancelledError:
+                raise
+            except QueueProblem as problem:
+                self._set_state(False, problem.reason, str(problem))
+                return
+            except Exception as error:
+                self._set_state(False, *_reason_for(error, CLUSTER_QUEUES))
+                return
+            uncovered = self.kueue.uncovered(self.spec.quota)
+            if uncovered:
+                message = (f"connected; ClusterQueue {self.spec.cluster_queue!r} does not "
+                           f"cover {', '.join(uncovered)} of the declared quota: jobs that "
+                           "need it are not placed here")
+        if self._synced() and not any(self._watch_errors.values()):
+            self._set_state(True, c.REASON_CONNECTED, message)
 
     async def _probe_loop(self) -> None:
         while True:

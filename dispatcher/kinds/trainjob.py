@@ -115,6 +115,9 @@ class TrainJobKind:
         status = (remote or {}).get("status") or {}
         return any(js.get("active") or js.get("ready") for js in status.get("jobsStatus") or [])
 
+    def suspended(self, remote: JSON) -> bool:
+        return bool((remote.get("spec") or {}).get("suspend"))
+
     def evicted_remotely(self, remote: JSON) -> str | None:
         """A message when the worker suspended a mirror that had started, else None."""
         status = remote.get("status") or {}

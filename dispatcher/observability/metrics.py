@@ -60,7 +60,13 @@ class Metrics:
         self.worker_used = Gauge("dispatcher_worker_used",
                                  "Quota booked by placed jobs per worker and resource.",
                                  ["worker", "resource"], registry=r)
-        self.worker_free = Gauge("dispatcher_worker_free", "Free quota per worker and resource.",
+        self.worker_used_by_others = Gauge(
+            "dispatcher_worker_used_by_others",
+            "Quota held on the worker's Kueue ClusterQueue by jobs that are not this "
+            "dispatcher's, per worker and resource.", ["worker", "resource"], registry=r)
+        self.worker_free = Gauge("dispatcher_worker_free",
+                                 "Quota the worker can still give this dispatcher now, per "
+                                 "worker and resource.",
                                  ["worker", "resource"], registry=r)
         self.api_requests = Counter("dispatcher_api_requests_total",
                                     "API requests by cluster, verb and HTTP code (0: no answer).",

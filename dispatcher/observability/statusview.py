@@ -55,6 +55,8 @@ class ResourceBar:
     free: str | None
     used_fraction: float | None
     """used / quota, capped to 1; None without a quota (unlimited)."""
+    used_by_others: str = "0"
+    """Held by jobs that are not this dispatcher's (on the worker's Kueue); in `used`."""
 
 
 @dataclass(frozen=True)
@@ -130,14 +132,15 @@ def _fraction(value: Any) -> Fraction | None:
         return None
 
 
-def _bar(resource: str, quota: Any, used: Any, free: Any) -> ResourceBar:
+def _bar(resource: str, quota: Any, used: Any, free: Any, others: Any = None) -> ResourceBar:
     share = None
     q, u = _fraction(quota), _fraction(used if used is not None else "0")
     if q is not None and u is not None:
         share = 1.0 if q <= 0 < u else (0.0 if q <= 0 else min(float(u / q), 1.0))
     return ResourceBar(resource, None if quota is None else str(quota),
                        "0" if used is None else str(used),
-                       None if free is None else str(free), share)
+                       None if free is None else str(free), share,
+                       "0" if others is None else str(others))
 
 
 def worker_row(name: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> WorkerRow:
@@ -147,7 +150,8 @@ def worker_row(name: str, spec: Mapping[str, Any], status: Mapping[str, Any]) ->
     quota = status.get("quota") or spec.get("quota") or {}
     used = status.get("used") or {}
     free = status.get("free") or {}
-    bars = [_bar(r, quota.get(r), used.get(r), free.get(r))
+    others = status.get("usedByOthers") or {}
+    bars = [_bar(r, quota.get(r), used.get(r), free.get(r), others.get(r))
             for r in sorted(set(quota) | set(used))]
     return WorkerRow(
         name=name, active=str(active.get("status", "Unknown")),

@@ -3,24 +3,80 @@
 The one computation behind the scheduler's view, the WorkerCluster status, the CLI and
 the metrics, so they never disagree.
 
-- quota: the declared quota, capped per resource by the live nominal quota of the
-  worker's Kueue ClusterQueue when one is named (`live_quota.effective_quota`); None
-  means unlimited;
+- quota: the declared quota, capped per resource by the nominal quota of the worker's
+  Kueue ClusterQueue when one is named; None means unlimited;
+- ceiling: the most the worker could ever give the dispatcher: the quota, or with a
+  cohort the queue's `potential` (borrowing included), capped by the declared quota;
 - used by us: what the ledger books on the worker;
-- used by others: the ClusterQueue's live usage minus our mirrors that visibly run (their
-  usage is already in the ledger); never below zero;
-- free: quota minus both, per quota resource.
+- used by others: what Workloads that are not our mirrors hold in the queue;
+- free: what the queue can admit now (`live_quota.available`) with every booking of
+  ours counted at the larger of its booking and its Workload's reservation, capped by
+  the declared quota minus our bookings; without a ClusterQueue, quota minus used.
+
+`queue_room` counts our mirrors exactly once: a Workload that belongs to a booked mirror
+is replaced by the booking (never both), and a booking whose mirror Kueue has not yet
+admitted (or whose admission is not yet seen) is counted all the same.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from dispatcher.placement import resources
-from dispatcher.placement.live_quota import effective_quota
+from dispatcher.placement.live_quota import QueueQuota, Reservation, available, potential
 
 Vector = dict[str, Fraction]
+
+
+@dataclass(frozen=True)
+class QueueRoom:
+    """A ClusterQueue's room for this dispatcher."""
+
+    nominal: Vector
+    ceiling: Vector
+    free: Vector
+    used_by_others: Vector
+
+
+@dataclass(frozen=True)
+class OurJob:
+    """A booking of ours on the worker and the reservation its mirror's Workload holds."""
+
+    booked: Vector
+    reservation: Reservation | None = None
+
+
+def queue_room(queue: QueueQuota, queues: Mapping[str, QueueQuota],
+               reserved: Mapping[str, Vector], ours: Iterable[OurJob]) -> QueueRoom:
+    """`reserved`: what all Workloads hold per ClusterQueue, ours included."""
+    ours_reserved: Vector = {}
+    ours_held: Vector = {}
+    for job in ours:
+        if job.reservation is not None and job.reservation.cluster_queue == queue.name:
+            ours_reserved = resources.add(ours_reserved, job.reservation.usage)
+            ours_held = resources.add(ours_held,
+                                      resources.maximum([job.booked, job.reservation.usage]))
+        else:
+            ours_held = resources.add(ours_held, job.booked)
+    others = {name: amount for name, amount in
+              resources.subtract(reserved.get(queue.name, {}), ours_reserved).items()
+              if amount > 0}
+    usage = dict(reserved)
+    usage[queue.name] = resources.add(others, ours_held)
+    return QueueRoom(nominal=dict(queue.nominal), ceiling=potential(queue, queues),
+                     free=available(queue, queues, usage), used_by_others=others)
+
+
+def cap(declared: Vector | None, live: Vector | None) -> Vector | None:
+    """The smaller of the two per resource; a resource only one of them names is not
+    offered when both are known (the queue cannot admit what it does not cover)."""
+    if live is None:
+        return None if declared is None else dict(declared)
+    if declared is None:
+        return dict(live)
+    return {name: min(amount, declared[name]) for name, amount in live.items() if name in declared}
 
 
 @dataclass(frozen=True)
@@ -28,24 +84,36 @@ class Capacity:
     quota: Vector | None
     used_by_us: Vector = field(default_factory=dict)
     used_by_others: Vector = field(default_factory=dict)
+    free: Vector | None = None
+    """None means unlimited."""
+    ceiling: Vector | None = None
+    """None means unlimited."""
 
     @property
     def used(self) -> Vector:
         return resources.add(self.used_by_us, self.used_by_others)
 
     @property
-    def free(self) -> Vector | None:
-        return None if self.quota is None else resources.remaining(self.quota, self.used)
+    def scheduler_used(self) -> Vector:
+        """What the scheduler treats as used of `ceiling`: whatever is not free."""
+        if self.ceiling is None or self.free is None:
+            return self.used
+        return {name: max(Fraction(0), amount - self.free.get(name, Fraction(0)))
+                for name, amount in self.ceiling.items()}
 
 
-def capacity(*, declared: Vector | None, live_quota: Vector | None, live_used: Vector | None,
-             booked: Vector, booked_running: Vector) -> Capacity:
-    """`booked`: the ledger's usage on the worker; `booked_running`: the part of it whose
-    mirrors visibly run (and so are already in `live_used`)."""
-    others: Vector = {}
-    if live_used is not None:
-        others = {name: amount for name, amount in
-                  resources.subtract(live_used, booked_running).items() if amount > 0}
-    return Capacity(quota=effective_quota(declared, live_quota),
-                    used_by_us={k: v for k, v in booked.items() if v},
-                    used_by_others=others)
+def capacity(*, declared: Vector | None, booked: Vector,
+             room: QueueRoom | None = None) -> Capacity:
+    used_by_us = {name: amount for name, amount in booked.items() if amount}
+    if room is None:
+        free = None if declared is None else {
+            name: amount - booked.get(name, Fraction(0)) for name, amount in declared.items()}
+        return Capacity(quota=declared, used_by_us=used_by_us, free=free, ceiling=declared)
+    free = room.free
+    if declared is not None:
+        free = {name: min(amount, declared[name] - booked.get(name, Fraction(0)))
+                for name, amount in free.items() if name in declared}
+    return Capacity(quota=cap(declared, room.nominal), used_by_us=used_by_us,
+                    used_by_others=room.used_by_others,
+                    free={name: max(Fraction(0), amount) for name, amount in free.items()},
+                    ceiling=cap(declared, room.ceiling))

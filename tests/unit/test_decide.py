@@ -7,6 +7,7 @@ and checks the one action `decide` returns; no cluster, no clock but the snapsho
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from fractions import Fraction
 from typing import Any
 
@@ -25,12 +26,16 @@ KIND = TrainJobKind()
 CONFIG = DispatcherConfig.model_validate({
     "mirror": {"origin": "o", "maxEvictions": 3, "requeueBackoffSeconds": 2},
     "workers": {"lostTimeoutSeconds": 60, "probeIntervalSeconds": 5},
+    "placement": {"admissionTimeoutSeconds": 120},
 })
+WALL = 1_780_000_000.0
+"""Wall-clock time of every snapshot; mirrors are created `age` seconds before it."""
 NOW = 1000.0
 UID = "uid-1"
 DEMAND = {"cpu": Fraction(2), "pods": Fraction(1)}
 RUNTIME = {"kind": "ClusterTrainingRuntime", "metadata": {"name": "torch"}}
 ACTIVE = WorkerState(name="w", usable=True, lost_for=None, draining=False, message="connected")
+WITH_KUEUE = dataclasses.replace(ACTIVE, local_queue="team", cluster_queue="cq")
 
 
 def job(*, placed: bool = False, evictions: int = 0, deleting: bool = False,
@@ -52,9 +57,11 @@ def job(*, placed: bool = False, evictions: int = 0, deleting: bool = False,
 
 
 def mirror(*, uid: str = UID, origin: str = "o", status: dict[str, Any] | None = None,
-           suspend: bool = False) -> dict[str, Any]:
+           suspend: bool = False, age: float = 10.0) -> dict[str, Any]:
     body = KIND.build_mirror(job(), origin=origin, local_queue="")
     body["metadata"]["annotations"][c.ANNOTATION_MANAGER_UID] = uid
+    body["metadata"]["creationTimestamp"] = datetime.datetime.fromtimestamp(
+        WALL - age, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     body["spec"]["suspend"] = suspend or None
     if status:
         body["status"] = status
@@ -62,7 +69,7 @@ def mirror(*, uid: str = UID, origin: str = "o", status: dict[str, Any] | None =
 
 
 def pending(**kw: Any) -> JobSnapshot:
-    fields: dict[str, Any] = dict(key="ns/j", now=NOW, job=job(), claimed=True,
+    fields: dict[str, Any] = dict(key="ns/j", now=NOW, wall=WALL, job=job(), claimed=True,
                                   runtime=RUNTIME, runtime_name="ClusterTrainingRuntime 'torch'",
                                   demand=DEMAND)
     fields.update(kw)
@@ -85,6 +92,25 @@ FAILED = {"conditions": [condition("Failed", "NodeLost", "node died")]}
 RUNNING = {"jobsStatus": [{"name": "node", "active": 1, "ready": 1}]}
 PREEMPTED = {"conditions": [condition("Suspended", "Preempted", "by a higher priority")],
              **RUNNING}
+NO_QUOTA = ("couldn't assign flavors to pod set node: insufficient unused quota for cpu in "
+            "flavor default, 1 more needed")
+
+
+def workload(*conditions: tuple[str, str, str, str]) -> dict[str, Any]:
+    """A Kueue Workload with (type, status, reason, message) conditions."""
+    return {"metadata": {"name": "trainjob-j-1", "namespace": "ns"},
+            "status": {"conditions": [{"type": t, "status": st, "reason": r, "message": m}
+                                      for t, st, r, m in conditions]}}
+
+
+PENDING_WORKLOAD = workload(("QuotaReserved", "False", "Pending", NO_QUOTA))
+ADMITTED_WORKLOAD = workload(("QuotaReserved", "True", "QuotaReserved", "reserved"),
+                             ("Admitted", "True", "Admitted", "admitted"))
+PREEMPTED_WORKLOAD = workload(
+    ("QuotaReserved", "False", "Pending", "Preempted"),
+    ("Evicted", "True", "Preempted", "Preempted to accommodate a workload (UID: x) due to "
+                                     "prioritization in the ClusterQueue"))
+TIMED_OUT_WORKLOAD = workload(("Evicted", "True", "PodsReadyTimeout", "pods not ready in 5m"))
 
 ROWS: list[tuple[str, JobSnapshot, JobMemory, d.Action]] = [
     # gone / unclaimed
@@ -109,7 +135,46 @@ ROWS: list[tuple[str, JobSnapshot, JobMemory, d.Action]] = [
     # mirror and sync
     ("mirror: create", placed(), JobMemory(), d.CreateMirror("w")),
     ("sync: copy status", placed(mirror=mirror(status=RUNNING)), JobMemory(),
-     d.SyncStatus("w", mirror(status=RUNNING))),
+     d.SyncStatus("w", mirror(status=RUNNING), message="running on worker w")),
+    # admission by the worker's Kueue
+    ("admission: waiting, Kueue says why",
+     placed(worker=WITH_KUEUE, mirror=mirror(suspend=True), workload=PENDING_WORKLOAD),
+     JobMemory(),
+     d.SyncStatus("w", mirror(suspend=True), reason=c.REASON_WAITING_FOR_ADMISSION,
+                  message=f"placed on worker w, waiting for admission in ClusterQueue cq: "
+                          f"{NO_QUOTA}", recheck=110.05)),
+    ("admission: waiting before Kueue made a Workload",
+     placed(worker=dataclasses.replace(ACTIVE, local_queue="team"),
+            mirror=mirror(suspend=True, age=0)), JobMemory(),
+     d.SyncStatus("w", mirror(suspend=True, age=0), reason=c.REASON_WAITING_FOR_ADMISSION,
+                  message="placed on worker w, waiting for admission in LocalQueue team: the "
+                          "worker's Kueue has not created its Workload yet", recheck=120.05)),
+    ("admission: not admitted in time, moved (not an eviction)",
+     placed(worker=WITH_KUEUE, mirror=mirror(suspend=True, age=121),
+            workload=PENDING_WORKLOAD), JobMemory(),
+     d.Unplace("w", c.REASON_ADMISSION_TIMEOUT, f"not admitted by the Kueue of worker w in "
+               f"121s ({NO_QUOTA}); placed again elsewhere", eviction=False, exclude=True)),
+    ("admission: admitted, running",
+     placed(worker=WITH_KUEUE, mirror=mirror(status=RUNNING), workload=ADMITTED_WORKLOAD),
+     JobMemory(), d.SyncStatus("w", mirror(status=RUNNING), message="running on worker w")),
+    ("admission: admitted, not yet unsuspended",
+     placed(worker=WITH_KUEUE, mirror=mirror(suspend=True), workload=ADMITTED_WORKLOAD),
+     JobMemory(),
+     d.SyncStatus("w", mirror(suspend=True), reason=c.REASON_WAITING_FOR_ADMISSION,
+                  message="placed on worker w, waiting for admission in ClusterQueue cq: "
+                          "admitted; starting", recheck=110.05)),
+    ("evict: preempted by the worker's Kueue, not counted, worker avoided",
+     placed(worker=WITH_KUEUE, mirror=mirror(suspend=True, status=RUNNING),
+            workload=PREEMPTED_WORKLOAD), JobMemory(),
+     d.Unplace("w", c.REASON_MIRROR_EVICTED, "evicted on worker w by its Kueue (Preempted): "
+               "Preempted to accommodate a workload (UID: x) due to prioritization in the "
+               "ClusterQueue; requeued", eviction=True, exclude=True)),
+    ("evict: the worker's Kueue evicted it for its own fault, counted",
+     placed(worker=WITH_KUEUE, mirror=mirror(suspend=True), workload=TIMED_OUT_WORKLOAD),
+     JobMemory(),
+     d.Unplace("w", c.REASON_MIRROR_EVICTED, "evicted on worker w by its Kueue "
+               "(PodsReadyTimeout): pods not ready in 5m; requeued", eviction=True,
+               evictions=1, backoff=2.0)),
     # finish
     ("finish: mirror complete", placed(mirror=mirror(status=COMPLETE)), JobMemory(),
      d.Finish("w", mirror(status=COMPLETE), COMPLETE["conditions"][0])),
@@ -211,3 +276,13 @@ def test_keep_finished_leaves_the_mirror() -> None:
         update={"keep_finished": True})})
     snapshot = placed(job=job(placed=True, status=COMPLETE), mirror=mirror(status=COMPLETE))
     assert d.decide(snapshot, JobMemory(), keep, kind=KIND) == d.DropFinalizer()
+
+
+def test_without_an_admission_timeout_a_mirror_waits_forever() -> None:
+    forever = CONFIG.model_copy(update={"placement": CONFIG.placement.model_copy(
+        update={"admission_timeout_seconds": 0})})
+    snapshot = placed(worker=WITH_KUEUE, mirror=mirror(suspend=True, age=86_400),
+                      workload=PENDING_WORKLOAD)
+    action = d.decide(snapshot, JobMemory(), forever, kind=KIND)
+    assert isinstance(action, d.SyncStatus)
+    assert action.reason == c.REASON_WAITING_FOR_ADMISSION and action.recheck is None

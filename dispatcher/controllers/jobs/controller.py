@@ -166,6 +166,14 @@ class JobsController:
                     memory.status_news = self.clock.monotonic()
         self.queue.add(job_key(obj), urgent=True)  # news about a running job: ahead of new ones
 
+    def on_workload_news(self, worker: str, key: str) -> None:
+        """A Kueue Workload on `worker` changed: news about the job `key` if its mirror is
+        there; in any case the worker's room may have changed."""
+        job = self.trainjobs.get(key)
+        if job is not None and annotations_of(job).get(c.ANNOTATION_CLUSTER) == worker:
+            self.queue.add(key, urgent=True)
+        self.scheduling.trigger()
+
     def on_runtime_event(self, event_type: str, obj: JSON) -> None:
         """A runtime came, changed or went: look again at the unplaced jobs that use it."""
         metadata = obj["metadata"]
@@ -229,8 +237,8 @@ class JobsController:
                 return None
             case CreateMirror(worker=worker):
                 return await self._create_mirror(s, memory, worker)
-            case SyncStatus(worker=worker, mirror=mirror):
-                return await self._sync_status(s, memory, worker, mirror)
+            case SyncStatus():
+                return await self._sync_status(s, memory, action)
             case Finish():
                 await self._finish(s, action)
                 return None
@@ -295,16 +303,18 @@ class JobsController:
                                message=f"mirror created on worker {worker_name}")
         return None
 
-    async def _sync_status(self, s: JobSnapshot, memory: JobMemory, worker: str,
-                           mirror: JSON) -> Result:
+    async def _sync_status(self, s: JobSnapshot, memory: JobMemory, action: SyncStatus
+                           ) -> Result:
         assert s.job is not None
         news, memory.status_news = memory.status_news, None
+        done = Result.done() if action.recheck is None else Result.after(action.recheck)
         previous = condition(s.job.get("status"), c.CONDITION_DISPATCHED)
-        if not self.kind.remote_status(mirror) and previous is None:
-            return Result.done()
-        await self.manager.set_placed(s.job, mirror, reason=c.REASON_PLACED,
-                                      message=f"running on worker {worker}", news_seen=news)
-        return Result.done()
+        if (action.reason == c.REASON_PLACED and previous is None
+                and not self.kind.remote_status(action.mirror)):
+            return done  # nothing to tell yet: no status on the mirror
+        await self.manager.set_placed(s.job, action.mirror, reason=action.reason,
+                                      message=action.message, news_seen=news)
+        return done
 
     async def _finish(self, s: JobSnapshot, action: Finish) -> None:  # then: leave
         """Final status sync; then the job leaves as finished (mirror deleted, finalizer)."""
@@ -333,14 +343,19 @@ class JobsController:
             c.REASON_TOO_MANY_EVICTIONS, f"evicted {action.evictions} times; last: "
             f"{action.message}", self.manager.now())] if action.fail else [])
         await self.manager.set_waiting(updated, action.reason, action.message, extra=extra)
-        if not action.eviction:
+        if action.exclude:
+            memory.excluded[action.worker] = (
+                self.clock.monotonic() + self.config.placement.rejection_backoff_seconds)
+        if not action.eviction and not action.exclude:
             return Result.done()
-        self.metrics.evictions.labels(action.worker, action.reason).inc()
         self.metrics.requeues.labels(action.reason).inc()
-        self.events.record(updated, reason=c.REASON_EVICTED, message=action.message,
-                           warning=True)
-        log.warning("evicted %s from %s: %s", s.key, action.worker, action.message,
+        self.events.record(updated, reason=c.REASON_EVICTED if action.eviction else action.reason,
+                           message=action.message, warning=True)
+        log.warning("%s %s from %s: %s", "evicted" if action.eviction else "moved", s.key,
+                    action.worker, action.message,
                     extra={"job": s.key, "worker": action.worker})
+        if action.eviction:
+            self.metrics.evictions.labels(action.worker, action.reason).inc()
         memory.not_before = self.clock.monotonic() + action.backoff
         return Result.after(action.backoff)
 

@@ -16,7 +16,12 @@ in the order they are tried (`docs/architecture.md` draws the same arrows):
   (MirrorGone); none -> create the mirror;
 - placed, the object there is not ours -> reject (NameConflict);
 - placed, mirror finished: failed with a reason the job retries -> evict; else finish;
-  evicted by the worker -> evict (MirrorEvicted); else copy its status;
+- placed, mirror evicted by the worker or its Kueue -> evict (MirrorEvicted; preempted
+  is not counted toward `maxEvictions` and keeps the job off that worker a while);
+- placed, mirror waiting for the worker's Kueue to admit it -> show "waiting for
+  admission" with Kueue's reason; past `placement.admissionTimeoutSeconds` -> take it
+  off the worker (AdmissionTimeout, not an eviction) and keep the job off that worker a
+  while; admitted -> copy its status ("running on X");
 - not placed: suspended, runtime missing, demand or selector invalid -> wait with that
   reason; in eviction backoff -> wait until then; reserved by the scheduler -> record
   the placement; else queue it.
@@ -24,12 +29,19 @@ in the order they are tried (`docs/architecture.md` draws the same arrows):
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from dispatcher.api import constants as c
 from dispatcher.config import DispatcherConfig
+from dispatcher.controllers.jobs.admission import (
+    UNCOUNTED_EVICTIONS,
+    Admission,
+    Stage,
+    admission_of,
+)
 from dispatcher.controllers.jobs.memory import JobMemory
 from dispatcher.controllers.jobs.snapshot import JobSnapshot, WorkerState, annotations_of
 from dispatcher.kinds import JobKind
@@ -84,6 +96,10 @@ class CreateMirror:
 class SyncStatus:
     worker: str
     mirror: JSON
+    reason: str = c.REASON_PLACED
+    message: str = ""
+    recheck: float | None = None
+    """Decide again after this many seconds even without news (an admission timeout)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +123,9 @@ class Unplace:
     """The new eviction count to record; None when this one does not count."""
     fail: bool = False
     backoff: float = 0.0
+    exclude: bool = False
+    """Keep the job off this worker for `placement.rejectionBackoffSeconds` (and say so
+    in an event)."""
 
 
 @dataclass(frozen=True)
@@ -167,10 +186,11 @@ def _leave(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> Action
 
 
 def _evict(s: JobSnapshot, config: DispatcherConfig, reason: str, message: str, *,
-           counted: bool = True) -> Unplace:
+           counted: bool = True, exclude: bool = False) -> Unplace:
     assert s.job is not None and s.placed_on is not None
     if not counted:
-        return Unplace(s.placed_on, reason, f"{message}; requeued", eviction=True)
+        return Unplace(s.placed_on, reason, f"{message}; requeued", eviction=True,
+                       exclude=exclude)
     evictions = int(annotations_of(s.job).get(c.ANNOTATION_EVICTIONS, "0") or 0) + 1
     backoff = config.mirror.requeue_backoff_seconds * 2 ** (evictions - 1)
     return Unplace(s.placed_on, reason, f"{message}; requeued", eviction=True,
@@ -220,10 +240,45 @@ def _placed(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> Actio
                           f"failed on worker {name} with {finished.get('reason')}, "
                           "which the job retries")
         return Finish(name, s.mirror, finished)
-    evicted = kind.evicted_remotely(s.mirror)
-    if evicted is not None:
-        return _evict(s, config, c.REASON_MIRROR_EVICTED, f"evicted on worker {name}: {evicted}")
-    return SyncStatus(name, s.mirror)
+    admission = admission_of(s.mirror, s.workload, kind=kind)
+    if admission.stage is Stage.EVICTED:
+        by = f" by its Kueue ({admission.reason})" if admission.reason else ""
+        uncounted = admission.reason in UNCOUNTED_EVICTIONS
+        return _evict(s, config, c.REASON_MIRROR_EVICTED,
+                      f"evicted on worker {name}{by}: {admission.message}",
+                      counted=not uncounted, exclude=uncounted)
+    if admission.stage is Stage.WAITING:
+        return _waiting_for_admission(s, config, admission)
+    return SyncStatus(name, s.mirror, message=f"running on worker {name}")
+
+
+def _waiting_for_admission(s: JobSnapshot, config: DispatcherConfig,
+                           admission: Admission) -> Action:
+    assert s.mirror is not None and s.placed_on is not None and s.worker is not None
+    name, worker = s.placed_on, s.worker
+    queue = (f"ClusterQueue {worker.cluster_queue}" if worker.cluster_queue
+             else f"LocalQueue {worker.local_queue}" if worker.local_queue else "its queue")
+    timeout = config.placement.admission_timeout_seconds
+    waited = max(0.0, s.wall - _created(s.mirror, default=s.wall))
+    if timeout and waited >= timeout:
+        return Unplace(name, c.REASON_ADMISSION_TIMEOUT,
+                       f"not admitted by the Kueue of worker {name} in {int(waited)}s "
+                       f"({admission.message}); placed again elsewhere", eviction=False,
+                       exclude=True)
+    return SyncStatus(name, s.mirror, reason=c.REASON_WAITING_FOR_ADMISSION,
+                      message=f"placed on worker {name}, waiting for admission in {queue}: "
+                              f"{admission.message}",
+                      recheck=timeout - waited + _BLIP_MARGIN_SECONDS if timeout else None)
+
+
+def _created(obj: JSON, *, default: float) -> float:
+    text = (obj.get("metadata") or {}).get("creationTimestamp")
+    if not text:
+        return default
+    try:
+        return datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return default
 
 
 def _retry_requested(job: JSON, finished: JSON, *, kind: JobKind) -> bool:

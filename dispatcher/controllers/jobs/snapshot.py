@@ -1,7 +1,8 @@
 """Everything a decision about one job looks at, read from the caches in one go.
 
 `SnapshotReader.read(key)` gathers the manager job, whether it is claimed and where it
-is placed, its worker's state, its mirror (or the tombstone of one deleted under it),
+is placed, its worker's state, its mirror (or the tombstone of one deleted under it) and
+the mirror's Kueue Workload on a worker that runs Kueue,
 its runtime and demand (computed once per job generation and runtime version), its
 priority, and the scheduler's reservation for it. Nothing here writes anything: the
 snapshot is the input of `decide`.
@@ -45,6 +46,8 @@ class WorkerState:
     """Seconds since the worker became unreachable; None while it is reachable."""
     draining: bool
     message: str
+    local_queue: str = ""
+    cluster_queue: str = ""
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class JobSnapshot:
     key: str
     now: float
     """Monotonic time of the reading."""
+    wall: float = 0.0
+    """Wall-clock time of the reading (to compare with the clusters' timestamps)."""
     job: JSON | None = None
     claimed: bool = False
     placed_on: str | None = None
@@ -61,6 +66,8 @@ class JobSnapshot:
     worker: WorkerState | None = None
     mirror: JSON | None = None
     tombstone: JSON | None = None
+    workload: JSON | None = None
+    """The Kueue Workload of the mirror on its worker, when the worker runs Kueue."""
     runtime: JSON | None = None
     runtime_name: str = ""
     demand: dict[str, Fraction] | None = None
@@ -111,10 +118,10 @@ class SnapshotReader:
         return f"{kind} {key.rsplit('/', 1)[-1]!r}", informer.get(key) if informer else None
 
     async def read(self, key: str, memory: JobMemory | None) -> JobSnapshot:
-        now = self._clock.monotonic()
+        now, wall = self._clock.monotonic(), self._clock.time()
         job = self._jobs.get(key)
         if job is None or not self.claimed(job):
-            return JobSnapshot(key=key, now=now, job=job)
+            return JobSnapshot(key=key, now=now, wall=wall, job=job)
         uid = job["metadata"]["uid"]
         worker_name = annotations_of(job).get(c.ANNOTATION_CLUSTER)
         has_finalizer = c.FINALIZER in (job["metadata"].get("finalizers") or [])
@@ -122,20 +129,23 @@ class SnapshotReader:
         runtime_name, runtime = self.runtime_of(job)
         demand, error = self.demand(job, runtime, memory)
         connection = self._registry.get(placed_on) if placed_on else None
-        mirror = None
+        mirror = workload = None
         if connection is not None and connection.usable():
             assert connection.mirrors is not None
             mirror = connection.mirrors.get(key)
+            if mirror is not None and connection.kueue is not None:
+                workload = connection.kueue.workload_of(mirror["metadata"].get("uid", ""))
         tombstone = None
         if memory is not None and memory.tombstone and memory.tombstone[0] == placed_on:
             tombstone = memory.tombstone[1]
         booking = self._ledger.get(uid)
         pending = placed_on is None and not job["metadata"].get("deletionTimestamp")
         return JobSnapshot(
-            key=key, now=now, job=job, claimed=True, placed_on=placed_on,
+            key=key, now=now, wall=wall, job=job, claimed=True, placed_on=placed_on,
             booked=booking is not None and booking.worker == placed_on,
             worker=self._worker_state(connection) if connection else None,
-            mirror=mirror, tombstone=tombstone, runtime=runtime, runtime_name=runtime_name,
+            mirror=mirror, tombstone=tombstone, workload=workload, runtime=runtime,
+            runtime_name=runtime_name,
             demand=demand, demand_error=error,
             priority=await self._priorities.priority(job) if pending and demand else 0,
             reservation=self._scheduling.reservation(uid),
@@ -145,7 +155,9 @@ class SnapshotReader:
         lost_for = (self._clock.time() - worker.lost_since
                     if worker.lost_since is not None else None)
         return WorkerState(name=worker.name, usable=worker.usable(), lost_for=lost_for,
-                           draining=worker.spec.drain, message=worker.message)
+                           draining=worker.spec.drain, message=worker.message,
+                           local_queue=worker.spec.local_queue,
+                           cluster_queue=worker.spec.cluster_queue)
 
     def demand(self, job: JSON, runtime: JSON | None, memory: JobMemory | None
                 ) -> tuple[dict[str, Fraction] | None, DemandError | None]:

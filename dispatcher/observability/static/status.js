@@ -21,9 +21,11 @@ function bar(resource) {
   const amounts = resource.quota === null
     ? `${resource.used} used (no quota)`
     : `${resource.used} / ${resource.quota}, ${resource.free} free`;
+  const others = resource.used_by_others && resource.used_by_others !== "0"
+    ? ` (${resource.used_by_others} by others)` : "";
   return el("div", { class: "bar-row", "data-resource": resource.resource },
     el("span", {}, resource.resource), el("div", { class: "bar" }, fill),
-    el("span", { class: "amounts" }, amounts));
+    el("span", { class: "amounts" }, amounts + others));
 }
 
 function drawWorkers(workers) {

@@ -1,0 +1,153 @@
+"""One worker's Kueue as the dispatcher sees it: its ClusterQueues and its Workloads.
+
+A worker whose registration names a `localQueue` or a `clusterQueue` runs Kueue. For
+it, `WorkerKueue` watches every Workload on the worker (Kueue's own record of each job:
+whether it is admitted, why it waits, whether it was evicted, what quota it holds) and,
+when a ClusterQueue is named, lists the ClusterQueues on every probe (the named one and
+its cohort). What the Workloads hold is kept per ClusterQueue as they change, so the
+worker's room (`placement/capacity.queue_room`) costs no scan of them.
+
+A Workload belongs to the job its label `kueue.x-k8s.io/job-uid` names; for a mirror
+that is the mirror's UID. Kueue names the job in the Workload's owner reference, so a
+change of a Workload is reported as news about the job of that namespace and name.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+from dispatcher.api import constants as c
+from dispatcher.api.kueue import CLUSTER_QUEUES, WORKLOADS
+from dispatcher.kube.client import ClusterClient
+from dispatcher.kube.informer import DELETED, ConnectionHandler, Informer, InformerSettings
+from dispatcher.kube.resource import Resource
+from dispatcher.placement import resources
+from dispatcher.placement.live_quota import (
+    JOB_UID_LABEL,
+    QueueQuota,
+    Reservation,
+    parse_cluster_queue,
+    reservation_of,
+)
+from dispatcher.placement.quantity import QuantityError
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+Vector = dict[str, Fraction]
+WorkloadNews = Callable[[str], None]
+"""Called with the `namespace/name` of the job a changed Workload belongs to."""
+
+
+class QueueProblem(Exception):
+    """The named ClusterQueue cannot be used; `reason` and the message say why."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def owner_key(workload: JSON) -> str | None:
+    metadata = workload.get("metadata") or {}
+    for ref in metadata.get("ownerReferences") or []:
+        if ref.get("controller"):
+            return f"{metadata.get('namespace', '')}/{ref.get('name')}"
+    return None
+
+
+class WorkerKueue:
+    def __init__(self, client: ClusterClient, *, cluster_queue: str, worker: str,
+                 settings: InformerSettings, on_connection: ConnectionHandler,
+                 on_news: WorkloadNews) -> None:
+        self.cluster_queue = cluster_queue
+        self.workloads = Informer(Resource(client, WORKLOADS), settings=settings,
+                                  on_connection=on_connection, name=f"{worker}/workloads")
+        self.workloads.add_handler(self._on_workload)
+        self.queues: dict[str, QueueQuota] = {}
+        self._client = client
+        self._on_news = on_news
+        self._held: dict[str, Reservation] = {}
+        """Workload key -> the quota it holds, for the Workloads that hold any."""
+        self._by_job: dict[str, str] = {}
+        """Job UID -> Workload key."""
+        self.reserved: dict[str, Vector] = {}
+        """ClusterQueue -> what its Workloads hold."""
+
+    async def run(self) -> None:
+        await self.workloads.run()
+
+    @property
+    def synced(self) -> bool:
+        return self.workloads.synced.is_set()
+
+    def workload_of(self, job_uid: str) -> JSON | None:
+        key = self._by_job.get(job_uid)
+        return self.workloads.get(key) if key is not None else None
+
+    def reservation_of(self, job_uid: str) -> Reservation | None:
+        key = self._by_job.get(job_uid)
+        return self._held.get(key) if key is not None else None
+
+    def _on_workload(self, event_type: str, workload: JSON) -> None:
+        metadata = workload["metadata"]
+        key = f"{metadata.get('namespace', '')}/{metadata['name']}"
+        previous = self._held.pop(key, None)
+        if previous is not None:
+            self.reserved[previous.cluster_queue] = resources.subtract(
+                self.reserved.get(previous.cluster_queue, {}), previous.usage)
+        job_uid = (metadata.get("labels") or {}).get(JOB_UID_LABEL, "")
+        if event_type == DELETED:
+            if job_uid and self._by_job.get(job_uid) == key:
+                del self._by_job[job_uid]
+        else:
+            if job_uid:
+                self._by_job[job_uid] = key
+            try:
+                held = reservation_of(workload)
+            except QuantityError as error:
+                log.warning("workload %s: unreadable resourceUsage (%s)", key, error)
+                held = None
+            if held is not None:
+                self._held[key] = held
+                self.reserved[held.cluster_queue] = resources.add(
+                    self.reserved.get(held.cluster_queue, {}), held.usage)
+        job = owner_key(workload)
+        if job is not None:
+            self._on_news(job)
+
+    async def refresh_queues(self) -> bool:
+        """List the ClusterQueues; True when they changed. QueueProblem when the named one
+        is missing, inactive or unreadable."""
+        listed = await Resource(self._client, CLUSTER_QUEUES).list()
+        queues: dict[str, QueueQuota] = {}
+        problem: QueueProblem | None = None
+        for obj in listed.get("items") or []:
+            name = obj["metadata"]["name"]
+            try:
+                queues[name] = parse_cluster_queue(obj)
+            except (QuantityError, KeyError, TypeError) as error:
+                if name == self.cluster_queue:
+                    problem = QueueProblem(c.REASON_BAD_QUOTA,
+                                           f"ClusterQueue {name!r} quota unreadable: {error}")
+        changed = queues != self.queues
+        self.queues = queues
+        if problem is not None:
+            raise problem
+        queue = queues.get(self.cluster_queue)
+        if queue is None:
+            raise QueueProblem(c.REASON_MISSING_CLUSTER_QUEUE,
+                               f"ClusterQueue {self.cluster_queue!r} not found on the worker")
+        if not queue.active:
+            raise QueueProblem(c.REASON_INACTIVE_CLUSTER_QUEUE,
+                               f"ClusterQueue {self.cluster_queue!r} is not active: "
+                               f"{queue.inactive_message}")
+        return changed
+
+    def uncovered(self, declared: Vector | None) -> list[str]:
+        """Resources of the declared quota the named ClusterQueue does not cover."""
+        queue = self.queues.get(self.cluster_queue)
+        if queue is None or declared is None:
+            return []
+        return sorted(name for name in declared if name not in queue.nominal)
