@@ -30,6 +30,8 @@ CLUSTER_QUEUES = ResourceKind(GROUP, VERSION, "clusterqueues", namespaced=False)
 LOCAL_QUEUES = ResourceKind(GROUP, VERSION, "localqueues", namespaced=True)
 WORKLOADS = ResourceKind(GROUP, VERSION, "workloads", namespaced=True)
 ADMISSION_CHECKS = ResourceKind(GROUP, VERSION, "admissionchecks", namespaced=False)
+WORKLOAD_PRIORITY_CLASSES = ResourceKind(GROUP, VERSION, "workloadpriorityclasses",
+                                         namespaced=False)
 MULTIKUEUE_CONFIGS = ResourceKind(GROUP, VERSION, "multikueueconfigs", namespaced=False)
 MULTIKUEUE_CLUSTERS = ResourceKind(GROUP, VERSION, "multikueueclusters", namespaced=False)
 MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
@@ -43,8 +45,10 @@ def resource_flavor(name: str) -> JSON:
 
 
 def cluster_queue(name: str, *, flavor: str, quota: dict[str, str],
-                  admission_check: str | None = None) -> JSON:
-    """A ClusterQueue admitting from every namespace, one flavor, `quota` per resource."""
+                  admission_check: str | None = None, cohort: str = "",
+                  preemption: JSON | None = None) -> JSON:
+    """A ClusterQueue admitting from every namespace, one flavor, `quota` per resource;
+    optionally in a cohort, with a preemption policy."""
     spec: JSON = {
         "namespaceSelector": {},
         "resourceGroups": [{
@@ -56,6 +60,10 @@ def cluster_queue(name: str, *, flavor: str, quota: dict[str, str],
     }
     if admission_check:
         spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": admission_check}]}
+    if cohort:
+        spec["cohortName"] = cohort
+    if preemption:
+        spec["preemption"] = preemption
     return {"apiVersion": API_VERSION, "kind": "ClusterQueue", "metadata": {"name": name},
             "spec": spec}
 
@@ -66,15 +74,22 @@ def local_queue(name: str, *, namespace: str, cluster_queue_name: str) -> JSON:
             "spec": {"clusterQueue": cluster_queue_name}}
 
 
+def workload_priority_class(name: str, value: int) -> JSON:
+    return {"apiVersion": API_VERSION, "kind": "WorkloadPriorityClass",
+            "metadata": {"name": name}, "value": value}
+
+
 async def setup_queues(client: ClusterClient, *, cluster_queue_name: str, local_queue_name: str,
                        namespaces: list[str], quota: dict[str, str], flavor: str = "default",
-                       admission_check: str | None = None) -> None:
+                       admission_check: str | None = None, cohort: str = "",
+                       preemption: JSON | None = None) -> None:
     """Flavor, ClusterQueue and LocalQueues on one cluster (idempotent: applied)."""
     await Resource(client, RESOURCE_FLAVORS).apply(resource_flavor(flavor),
                                                    field_manager=FIELD_MANAGER)
     await Resource(client, CLUSTER_QUEUES).apply(
         cluster_queue(cluster_queue_name, flavor=flavor, quota=quota,
-                      admission_check=admission_check), field_manager=FIELD_MANAGER)
+                      admission_check=admission_check, cohort=cohort, preemption=preemption),
+        field_manager=FIELD_MANAGER)
     for namespace in namespaces:
         await Resource(client, LOCAL_QUEUES).apply(
             local_queue(local_queue_name, namespace=namespace,

@@ -3,7 +3,8 @@
 The local clusters have no nodes, so no pod ever runs. `SimulatedTrainer` watches the
 TrainJobs on one worker that the real trainer would run (no `managedBy`, or the
 trainer's own) and moves each through its life as the trainer would report it: jobs
-active after `start_delay`, then the `Complete` condition after `run_seconds`. An
+active after `start_delay`, then the `Complete` condition after `run_seconds`; a job
+suspended while it runs (preempted by the worker's Kueue) stops, its jobs suspended. An
 annotation `simulated-trainer/outcome: Failed` makes a job fail instead, and
 `simulated-trainer/run-seconds` overrides its duration.
 """
@@ -49,6 +50,7 @@ class SimulatedTrainer:
         self._informer = Informer(self._jobs, name=f"{client.name}/simulated-trainer")
         self._informer.add_handler(self._on_event)
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._writes: set[asyncio.Task[None]] = set()
 
     def _ours(self, job: JSON) -> bool:
         managed_by = (job.get("spec") or {}).get("managedBy")
@@ -60,6 +62,14 @@ class SimulatedTrainer:
             task = self._running.pop(key, None)
             if task:
                 task.cancel()
+                if event_type != DELETED:  # suspended while it ran: its pods are gone
+                    nodes = _nodes(job)
+                    write = asyncio.get_running_loop().create_task(self._patch_status(job, {
+                        "jobsStatus": [{"name": "node", "active": 0, "ready": 0,
+                                        "succeeded": 0, "failed": 0, "suspended": nodes}]}),
+                        name=f"simulated-trainer/{key}/suspended")
+                    self._writes.add(write)
+                    write.add_done_callback(self._writes.discard)
             return
         status = job.get("status") or {}
         if not self._ours(job) or key in self._running or status.get("conditions"):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,12 +25,13 @@ import pytest_asyncio
 import yaml
 
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES
+from dispatcher.app import Dispatcher
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource
 from dispatcher.localcluster import LocalControlPlane
 from dispatcher.localcluster.kueue import KueueSettings, MultiKueueSettings
 from dispatcher.localcluster.simulated_trainer import SimulatedTrainer
-from tests.integration.conftest import SAMPLES
+from tests.integration.conftest import SAMPLES, DispatcherRunner
 
 MANAGER = "manager"
 DISPATCHER_MANAGER = "hub"
@@ -102,3 +103,16 @@ def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
 
 def is_true(obj: dict[str, Any] | None, type_: str) -> bool:
     return conditions(obj).get(type_, {}).get("status") == "True"
+
+
+@pytest_asyncio.fixture
+async def dispatchers(kueue_clusters: KueueClusters, kueue_namespace: str
+                      ) -> AsyncIterator[Callable[..., Awaitable[Dispatcher]]]:
+    """Start dispatchers whose manager is the hub; all are stopped at the end."""
+    runner = DispatcherRunner(kueue_clusters.plane, kueue_namespace)
+    hub = kueue_clusters.plane.clusters[DISPATCHER_MANAGER].kubeconfig()
+
+    async def start(**overrides: Any) -> Dispatcher:
+        return await runner(manager_kubeconfig=hub, **overrides)
+    yield start
+    await runner.stop()

@@ -1,73 +1,45 @@
 """The dispatcher's mirrors meet a worker's real Kueue (`localQueue`, `clusterQueue`).
 
 Real API servers, real Kueue on the workers, the simulated trainer: nothing here writes
-a controller's status by hand. The dispatcher's manager is the plane's
-`hub`, without Kueue (see conftest).
+a controller's status by hand. The dispatcher's manager is the plane's `hub`, without
+Kueue (see conftest). The room the dispatcher sees on a worker comes from the worker's
+Workloads and ClusterQueues as Kueue keeps them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from fractions import Fraction
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from dispatcher.api import constants as c
-from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
+from dispatcher.api.trainer import TRAINJOBS
 from dispatcher.app import Dispatcher
 from dispatcher.kube.informer import Informer
 from dispatcher.kube.resource import Resource
-from dispatcher.localcluster.kueue_objects import CLUSTER_QUEUES, WORKLOADS, setup_queues
-from tests.factories import trainjob
-from tests.integration.conftest import DEFAULT_QUOTA, DispatcherRunner, eventually
-from tests.integration.kueue.conftest import (
-    DISPATCHER_MANAGER,
-    KueueClusters,
-    conditions,
-    is_true,
+from tests.integration.conftest import eventually
+from tests.integration.kueue.conftest import KueueClusters, conditions, is_true
+from tests.integration.kueue.helpers import (
+    LOCAL_QUEUE,
+    StartOnHub,
+    create,
+    dispatched,
+    finished,
+    long_running,
+    mirrors,
+    placed_on,
+    queues,
+    worker,
+    workloads,
 )
 
 pytestmark = pytest.mark.integration
-LOCAL_QUEUE = "team"
 BIG_QUOTA = {"cpu": "8", "memory": "64Gi"}
-StartOnHub = Callable[..., Awaitable[Dispatcher]]
-
-
-@pytest_asyncio.fixture
-async def dispatchers(kueue_clusters: KueueClusters, kueue_namespace: str
-                      ) -> AsyncIterator[StartOnHub]:
-    """Start dispatchers whose manager is the hub; all are stopped at the end."""
-    runner = DispatcherRunner(kueue_clusters.plane, kueue_namespace)
-    hub = kueue_clusters.plane.clusters[DISPATCHER_MANAGER].kubeconfig()
-
-    async def start(**overrides: Any) -> Dispatcher:
-        return await runner(manager_kubeconfig=hub, **overrides)
-    yield start
-    await runner.stop()
-
-
-def worker(clusters: KueueClusters, name: str, **extra: Any) -> dict[str, Any]:
-    kubeconfig = str(clusters.plane.clusters[name].kubeconfig_path)
-    return {"name": name, "kubeconfig": kubeconfig, "quota": DEFAULT_QUOTA, **extra}
-
-
-async def queues(clusters: KueueClusters, worker_name: str, namespace: str,
-                 quota: dict[str, str]) -> str:
-    """A ClusterQueue of its own for this test on the worker, and the LocalQueue."""
-    name = f"cq-{namespace}"
-    await setup_queues(clusters.clients[worker_name], cluster_queue_name=name,
-                       local_queue_name=LOCAL_QUEUE, namespaces=[namespace], quota=quota)
-    return name
-
-
-async def create(clusters: KueueClusters, namespace: str, name: str, **kwargs: Any) -> None:
-    await Resource(clusters.clients[DISPATCHER_MANAGER], TRAINJOBS).create(
-        trainjob(name, namespace, managed_by=MANAGED_BY_MULTIKUEUE, **kwargs),
-        namespace=namespace)
+GIB = 2**30
 
 
 @contextlib.asynccontextmanager
@@ -88,18 +60,6 @@ async def suspend_history(clusters: KueueClusters, worker_name: str, namespace: 
             await task
 
 
-async def manager_job(clusters: KueueClusters, namespace: str, name: str
-                      ) -> dict[str, Any] | None:
-    return await Resource(clusters.clients[DISPATCHER_MANAGER], TRAINJOBS).get(
-        name, namespace=namespace)
-
-
-async def workloads(clusters: KueueClusters, worker_name: str, namespace: str
-                    ) -> list[dict[str, Any]]:
-    listed = await Resource(clusters.clients[worker_name], WORKLOADS).list(namespace=namespace)
-    return list(listed["items"])
-
-
 async def test_mirror_waits_suspended_for_admission_then_completes(
     kueue_clusters: KueueClusters, kueue_namespace: str, dispatchers: StartOnHub,
 ) -> None:
@@ -118,8 +78,7 @@ async def test_mirror_waits_suspended_for_admission_then_completes(
     async with suspend_history(kueue_clusters, "worker-a", ns) as seen:
         await create(kueue_clusters, ns, "admitted")
         await eventually(admitted, timeout=30, interval=0.1)
-        done = await eventually(
-            lambda: _finished(kueue_clusters, ns, "admitted"), timeout=30)
+        done = await eventually(lambda: finished(kueue_clusters, ns, "admitted"), timeout=30)
     assert admitted_by[0] == cq
     assert done["type"] == "Complete"
     # Created suspended (Kueue's webhook), unsuspended only by its admission.
@@ -127,81 +86,66 @@ async def test_mirror_waits_suspended_for_admission_then_completes(
     assert ("MODIFIED", False) in seen, seen
 
 
-async def _finished(clusters: KueueClusters, namespace: str, name: str
-                    ) -> dict[str, Any] | None:
-    found = conditions(await manager_job(clusters, namespace, name))
-    for type_ in ("Complete", "Failed"):
-        if found.get(type_, {}).get("status") == "True":
-            return found[type_]
-    return None
+def room(dispatcher: Dispatcher, name: str) -> Any:
+    assert dispatcher.registry is not None
+    return dispatcher.capacity_of(dispatcher.registry.workers[name])
 
 
-async def test_live_quota_is_read_from_a_real_cluster_queue(
+async def test_live_room_is_read_from_a_real_cluster_queue_and_its_workloads(
     kueue_clusters: KueueClusters, kueue_namespace: str, dispatchers: StartOnHub,
 ) -> None:
     ns = kueue_namespace
     cq = await queues(kueue_clusters, "worker-b", ns, {"cpu": "4", "memory": "64Gi"})
     dispatcher = await dispatchers(workers={"static": [worker(
         kueue_clusters, "worker-b", localQueue=LOCAL_QUEUE, clusterQueue=cq)]})
-    assert dispatcher.registry is not None
-    state = dispatcher.registry.workers["worker-b"]
-    assert state.live_quota == {"cpu": Fraction(4), "memory": Fraction(64 * 2**30)}
-    assert not any((state.live_used or {}).values()), state.live_used
+    before = room(dispatcher, "worker-b")
+    assert before.quota == {"cpu": Fraction(4), "memory": Fraction(64 * GIB)}
+    assert before.free == before.quota and before.used == {}
     # Three 2-CPU jobs that run long: the real ClusterQueue (4 CPU) holds two.
-    long_run = {"simulated-trainer/run-seconds": "60"}
     for name in ("live-0", "live-1", "live-2"):
-        await create(kueue_clusters, ns, name, num_nodes=2, annotations=long_run)
+        await create(kueue_clusters, ns, name, num_nodes=2, annotations=long_running(60))
 
-    async def usage() -> dict[str, Any] | None:
-        queue = await Resource(kueue_clusters.clients["worker-b"], CLUSTER_QUEUES).get(cq)
-        flavors = ((queue or {}).get("status") or {}).get("flavorsUsage") or []
-        cpu = [r["total"] for f in flavors for r in f["resources"] if r["name"] == "cpu"]
-        return queue if cpu == ["4"] else None
-    await eventually(usage, timeout=30, interval=0.2)
-    await eventually(lambda: _async(state.live_used == {"cpu": Fraction(4),
-                                                        "memory": Fraction(8 * 2**30)}))
+    async def two_admitted() -> bool:
+        return sum(is_true(wl, "Admitted")
+                   for wl in await workloads(kueue_clusters, "worker-b", ns)) == 2
+    await eventually(two_admitted, timeout=30, interval=0.2)
     await asyncio.sleep(2.0)
-    mirrors = await Resource(kueue_clusters.clients["worker-b"], TRAINJOBS).list(namespace=ns)
-    assert len(mirrors["items"]) == 2, [m["metadata"]["name"] for m in mirrors["items"]]
+    assert len(await mirrors(kueue_clusters, "worker-b", ns)) == 2
     waiting = [n for n in ("live-0", "live-1", "live-2")
-               if not ((await manager_job(kueue_clusters, ns, n)) or {})["metadata"].get(
-                   "annotations", {}).get(c.ANNOTATION_CLUSTER)]
+               if not await placed_on(kueue_clusters, ns, n)]
     assert len(waiting) == 1
+    after = room(dispatcher, "worker-b")
+    # Both admitted mirrors are ours: booked once, nothing used by others.
+    assert after.used_by_us == {"cpu": Fraction(4), "memory": Fraction(8 * GIB),
+                                "pods": Fraction(4)}
+    assert after.used_by_others == {}
+    assert after.free == {"cpu": Fraction(0), "memory": Fraction(56 * GIB)}
 
 
-
-async def test_a_mirror_that_does_not_fit_the_worker_queue_stays_suspended(
+async def test_a_mirror_that_does_not_fit_the_worker_queue_says_it_waits_for_admission(
     kueue_clusters: KueueClusters, kueue_namespace: str, dispatchers: StartOnHub,
 ) -> None:
     """The dispatcher's declared quota says yes, the worker's Kueue says no: the mirror
-    is placed and stays suspended, its Workload pending for quota."""
+    is placed and stays suspended, and the manager job says why, in Kueue's words."""
     ns = kueue_namespace
-    await queues(kueue_clusters, "worker-a", ns, {"cpu": "1", "memory": "64Gi"})
+    cq = await queues(kueue_clusters, "worker-a", ns, {"cpu": "1", "memory": "64Gi"})
     await dispatchers(workers={"static": [worker(kueue_clusters, "worker-a",
-                                                 localQueue=LOCAL_QUEUE)]})
+                                                 localQueue=LOCAL_QUEUE)]},
+                      placement={"admissionTimeoutSeconds": 0})
     await create(kueue_clusters, ns, "too-big", num_nodes=2)
 
-    async def pending_workload() -> dict[str, Any] | None:
-        for wl in await workloads(kueue_clusters, "worker-a", ns):
-            reserved = conditions(wl).get("QuotaReserved", {})
-            if reserved.get("status") == "False" and reserved.get("reason") == "Pending":
-                return wl
-        return None
-    workload = await eventually(pending_workload, timeout=30, interval=0.2)
-    await asyncio.sleep(3.0)
+    async def waiting() -> dict[str, Any] | None:
+        cond = await dispatched(kueue_clusters, ns, "too-big")
+        return cond if "insufficient" in cond.get("message", "") else None
+    cond = await eventually(waiting, timeout=30, interval=0.2)
+    assert cond["status"] == "True" and cond["reason"] == c.REASON_WAITING_FOR_ADMISSION
+    assert cond["message"].startswith(
+        f"placed on worker worker-a, waiting for admission in LocalQueue {LOCAL_QUEUE}: "
+        "couldn't assign flavors"), cond["message"]
     mirror = await Resource(kueue_clusters.clients["worker-a"], TRAINJOBS).get(
         "too-big", namespace=ns)
     assert mirror is not None and mirror["spec"]["suspend"] is True
+    [workload] = await workloads(kueue_clusters, "worker-a", ns)
     assert not is_true(workload, "Admitted")
-    assert "insufficient" in conditions(workload)["QuotaReserved"]["message"].lower()
-    job = await manager_job(kueue_clusters, ns, "too-big")
-    assert job is not None
-    assert job["metadata"]["annotations"][c.ANNOTATION_CLUSTER] == "worker-a"
-    # Today the manager's job says only where it went (the annotation above): no status
-    # is copied from a suspended mirror, so nothing on it says "waiting for the worker's
-    # Kueue". Pinned here so that the day it says so, this test is updated with it.
-    assert not (job.get("status") or {}).get("conditions"), job.get("status")
-
-
-async def _async(value: bool) -> bool:
-    return value
+    assert conditions(workload)["QuotaReserved"]["message"] in cond["message"]
+    assert cq  # named only by the worker's LocalQueue here
