@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,14 +105,23 @@ def is_true(obj: dict[str, Any] | None, type_: str) -> bool:
     return conditions(obj).get(type_, {}).get("status") == "True"
 
 
+class HubDispatchers:
+    """Starts dispatchers whose manager is the hub, and stops them (all, at the end)."""
+
+    def __init__(self, runner: DispatcherRunner, hub: dict[str, Any]) -> None:
+        self._runner = runner
+        self._hub = hub
+
+    async def __call__(self, **overrides: Any) -> Dispatcher:
+        return await self._runner(manager_kubeconfig=self._hub, **overrides)
+
+    async def stop(self, *dispatchers: Dispatcher) -> None:
+        await self._runner.stop(*dispatchers)
+
+
 @pytest_asyncio.fixture
 async def dispatchers(kueue_clusters: KueueClusters, kueue_namespace: str
-                      ) -> AsyncIterator[Callable[..., Awaitable[Dispatcher]]]:
-    """Start dispatchers whose manager is the hub; all are stopped at the end."""
+                      ) -> AsyncIterator[HubDispatchers]:
     runner = DispatcherRunner(kueue_clusters.plane, kueue_namespace)
-    hub = kueue_clusters.plane.clusters[DISPATCHER_MANAGER].kubeconfig()
-
-    async def start(**overrides: Any) -> Dispatcher:
-        return await runner(manager_kubeconfig=hub, **overrides)
-    yield start
+    yield HubDispatchers(runner, kueue_clusters.plane.clusters[DISPATCHER_MANAGER].kubeconfig())
     await runner.stop()

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
-from dispatcher.app import Dispatcher
 from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.informer import DELETED, Informer
 from dispatcher.kube.resource import Resource
@@ -24,10 +23,15 @@ from dispatcher.localcluster.kueue_objects import WORKLOADS, setup_queues
 from dispatcher.localcluster.simulated_trainer import RUN_SECONDS_ANNOTATION
 from tests.factories import trainjob
 from tests.integration.conftest import DEFAULT_QUOTA
-from tests.integration.kueue.conftest import DISPATCHER_MANAGER, KueueClusters, conditions
+from tests.integration.kueue.conftest import (
+    DISPATCHER_MANAGER,
+    HubDispatchers,
+    KueueClusters,
+    conditions,
+)
 
 LOCAL_QUEUE = "team"
-StartOnHub = Callable[..., Awaitable[Dispatcher]]
+StartOnHub = HubDispatchers
 PREEMPT_LOWER_PRIORITY = {"withinClusterQueue": "LowerPriority"}
 
 
