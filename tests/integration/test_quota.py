@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dispatcher.api import constants as c
-from dispatcher.api.kueue import CLUSTER_QUEUES, WORKLOAD_PRIORITY_CLASSES
+from dispatcher.api.kueue import WORKLOAD_PRIORITY_CLASSES
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
@@ -129,36 +129,6 @@ async def test_unschedulable_job_says_so_at_once(
     assert reason["reason"] == c.REASON_UNSCHEDULABLE
     assert reason["message"] == "needs 20 cpu; the largest worker, worker-b, has 8 in total"
     assert await mirror_counts(admin_clients, namespace) == {"worker-a": 0, "worker-b": 0}
-
-
-async def test_live_cluster_queue_quota_of_a_worker_is_honoured(
-    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
-    worker_kubeconfigs: dict[str, str],
-) -> None:
-    queues = Resource(admin_clients["worker-b"], CLUSTER_QUEUES)
-    name = f"cq-{namespace}"
-    await queues.create({
-        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
-        "metadata": {"name": name},
-        "spec": {"resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
-            {"name": "default", "resources": [{"name": "cpu", "nominalQuota": 3},
-                                              {"name": "memory", "nominalQuota": MEMORY}]}]}]},
-    })
-    await queues.merge_patch(name, {"status": {"flavorsUsage": [{"name": "default", "resources": [
-        {"name": "cpu", "total": "2"}, {"name": "memory", "total": "0"}]}]}},
-        subresource="status")
-    workers = static(worker_kubeconfigs, worker_b=64)
-    workers[0]["clusterQueue"] = name
-    await start_dispatcher(workers={"static": workers})
-    await create_jobs(admin_clients, namespace, ["q-0", "q-1", "q-2"])
-    await eventually(lambda: _counts_are(admin_clients, namespace, 0, 1))
-    await asyncio.sleep(1.0)
-    assert await mirror_counts(admin_clients, namespace) == {"worker-a": 0, "worker-b": 1}
-    # The worker's Kueue frees quota: the next job goes there.
-    await queues.merge_patch(name, {"status": {"flavorsUsage": [{"name": "default", "resources": [
-        {"name": "cpu", "total": "1"}, {"name": "memory", "total": "0"}]}]}},
-        subresource="status")
-    await eventually(lambda: _counts_are(admin_clients, namespace, 0, 2), timeout=10)
 
 
 async def test_priority_order_and_strict_versus_best_effort(
