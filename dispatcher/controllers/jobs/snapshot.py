@@ -1,11 +1,11 @@
 """Everything a decision about one job looks at, read from the caches in one go.
 
 `SnapshotReader.read(key)` gathers the manager job, whether it is claimed and where it
-is placed, its worker's state, its mirror (or the tombstone of one deleted under it) and
-the mirror's Kueue Workload on a worker that runs Kueue,
-its runtime and demand (computed once per job generation and runtime version), its
-priority, and the scheduler's reservation for it. Nothing here writes anything: the
-snapshot is the input of `decide`.
+is placed, its worker's state, its mirror (or the tombstone of one deleted under it),
+the mirror's Kueue Workload on a worker that runs Kueue, its runtime and demand
+(computed once per job generation and runtime version), its priority, and the
+scheduler's reservation for it. Nothing here writes anything: the snapshot is the input
+of `decide`.
 """
 
 from __future__ import annotations
