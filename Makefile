@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup system-deps controlplane demo up test unit lint bench bench-quick bench-peer-quick soak
+.PHONY: setup system-deps controlplane demo up up-kueue test unit lint bench bench-quick bench-peer-quick soak
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,6 +29,9 @@ demo: setup controlplane
 # A local manager and two workers that stay up until Ctrl-C (kubectl, the SDK, the page).
 up: setup controlplane
 	$(VENV)/bin/dispatcher up
+
+up-kueue: setup controlplane
+	$(VENV)/bin/dispatcher up --kueue
 
 test: setup system-deps controlplane
 	$(PY) -m ruff check dispatcher tests bench

@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="port of the status page and /metrics (0 picks one)")
     up.add_argument("--jobs-seconds", type=float, default=30.0,
                     help="how long each simulated training runs")
+    up.add_argument("--kueue", action="store_true",
+                    help="run a real Kueue on each worker (mirrors wait for its admission)")
     _admin_parsers(commands)
     return parser
 
@@ -140,7 +142,8 @@ async def _run_up(args: argparse.Namespace) -> None:
     from dispatcher.localenv import run_up
 
     await _until_signalled(run_up(directory=args.directory, port=args.port,
-                                  run_seconds=args.jobs_seconds))
+                                  run_seconds=args.jobs_seconds,
+                                  kueue=getattr(args, "kueue", False)))
 
 
 def _up(args: argparse.Namespace) -> int:

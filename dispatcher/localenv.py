@@ -13,6 +13,11 @@ file holding the pid (an `flock`, so a crashed run never blocks the next), `up.j
 describing the running environment, one kubeconfig per cluster, and the clusters' data,
 which is wiped at the next start. A second `dispatcher up` finds the lock held and says
 which process holds it.
+
+With `--kueue` each worker also runs a real Kueue (built with the control plane) with a
+ClusterQueue `dispatcher` holding the worker's quota and a LocalQueue `default` in the
+`default` namespace; the WorkerClusters name both, so mirrors wait for that Kueue's
+admission, and jobs submitted straight to a worker's LocalQueue compete with them.
 """
 
 from __future__ import annotations
@@ -49,6 +54,9 @@ QUOTAS = {
     "worker-a": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "4"},
     "worker-b": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8"},
 }
+KUEUE_CLUSTER_QUEUE = "dispatcher"
+KUEUE_LOCAL_QUEUE = "default"
+KUEUE_NAMESPACES = ("default",)
 INFO_FILE = "up.json"
 LOCK_FILE = "up.lock"
 _CONFIGMAPS = ResourceKind("", "v1", "configmaps", namespaced=True)
@@ -143,6 +151,11 @@ def describe(info: dict[str, Any]) -> str:
                      f"{info.get('kubernetesVersion', '')}".rstrip())
     lines += [f"status page: {info['statusPage']}" if info.get("statusPage") else
               "status page: off", f"metrics: {info['metrics']}"]
+    if info.get("kueue"):
+        queues = info["kueue"]
+        lines.append(f"workers run Kueue: ClusterQueue {queues['clusterQueue']}, LocalQueue "
+                     f"{queues['localQueue']} in namespace(s) "
+                     f"{', '.join(queues['namespaces'])}")
     return "\n".join(lines)
 
 
@@ -215,17 +228,33 @@ async def wait_for_opt_in(manager: ClusterClient, *, timeout: float = 30.0) -> N
         await asyncio.sleep(0.5)
 
 
+async def _start_worker_kueue(plane: LocalControlPlane, clients: dict[str, ClusterClient]
+                              ) -> None:
+    """A real Kueue on every worker, with one ClusterQueue holding the worker's quota."""
+    from dispatcher.localcluster.kueue_objects import setup_queues
+
+    await asyncio.gather(*(plane.clusters[name].start_kueue() for name in QUOTAS))
+    for name, quota in QUOTAS.items():
+        await setup_queues(clients[name], cluster_queue_name=KUEUE_CLUSTER_QUEUE,
+                           local_queue_name=KUEUE_LOCAL_QUEUE,
+                           namespaces=list(KUEUE_NAMESPACES), quota=quota)
+
+
 async def _prepare(plane: LocalControlPlane, clients: dict[str, ClusterClient],
-                   config: DispatcherConfig) -> None:
+                   config: DispatcherConfig, *, kueue: bool) -> None:
     from dispatcher.admin import register_worker
 
     runtime = yaml.safe_load((SAMPLES / "clustertrainingruntime-torch.yaml").read_text())
     for client in clients.values():
         await Resource(client, t.CLUSTER_TRAINING_RUNTIMES).apply(runtime, field_manager="up")
     await install_trainer_extras(clients["manager"])
+    if kueue:
+        await _start_worker_kueue(plane, clients)
     for name, quota in QUOTAS.items():
         await register_worker(clients["manager"], namespace=config.namespace, name=name,
-                              kubeconfig=plane.clusters[name].kubeconfig(), quota=quota)
+                              kubeconfig=plane.clusters[name].kubeconfig(), quota=quota,
+                              local_queue=KUEUE_LOCAL_QUEUE if kueue else "",
+                              cluster_queue=KUEUE_CLUSTER_QUEUE if kueue else "")
 
 
 def _workers_open(dispatcher: Dispatcher) -> bool:
@@ -241,7 +270,7 @@ def _write_kubeconfigs(plane: LocalControlPlane, directory: Path) -> None:
         target.chmod(0o600)
 
 
-async def run_up(*, directory: Path, port: int, run_seconds: float,
+async def run_up(*, directory: Path, port: int, run_seconds: float, kueue: bool = False,
                  out: IO[str] = sys.stdout) -> None:
     """Start everything, print how to reach it, run until cancelled, stop everything."""
     lock = UpLock(directory)
@@ -251,11 +280,12 @@ async def run_up(*, directory: Path, port: int, run_seconds: float,
         shutil.rmtree(directory / "clusters", ignore_errors=True)
         print(f"starting a local manager and workers in {directory} ...", file=out, flush=True)
         async with LocalControlPlane(directory=directory / "clusters") as plane:
-            await plane.start(CLUSTERS, controllers=["manager"])
+            # Kueue needs the garbage collector on the clusters it runs on.
+            await plane.start(CLUSTERS, controllers=list(CLUSTERS) if kueue else ["manager"])
             clients = {n: await _client(cl) for n, cl in plane.clusters.items()}
             try:
                 await _serve(plane, clients, directory=directory, port=port,
-                             run_seconds=run_seconds, out=out)
+                             run_seconds=run_seconds, kueue=kueue, out=out)
             finally:
                 for client in clients.values():
                     await client.close()
@@ -267,12 +297,13 @@ async def run_up(*, directory: Path, port: int, run_seconds: float,
 
 
 async def _serve(plane: LocalControlPlane, clients: dict[str, ClusterClient], *,
-                 directory: Path, port: int, run_seconds: float, out: IO[str]) -> None:
+                 directory: Path, port: int, run_seconds: float, kueue: bool,
+                 out: IO[str]) -> None:
     config = DispatcherConfig.model_validate({
         "server": {"host": "127.0.0.1", "port": port},
         "workers": {"probeIntervalSeconds": 2},
     })
-    await _prepare(plane, clients, config)
+    await _prepare(plane, clients, config, kueue=kueue)
     dispatcher = Dispatcher(config, manager_kubeconfig=plane.clusters["manager"].kubeconfig(),
                             instance="up")
     trainers = [SimulatedTrainer(clients[name], run_seconds=run_seconds) for name in QUOTAS]
@@ -289,6 +320,10 @@ async def _serve(plane: LocalControlPlane, clients: dict[str, ClusterClient], *,
         await wait_for_opt_in(clients["manager"])
         _write_kubeconfigs(plane, directory)
         info = Environment(directory, plane, dispatcher).info()
+        if kueue:
+            info["kueue"] = {"clusterQueue": KUEUE_CLUSTER_QUEUE,
+                             "localQueue": KUEUE_LOCAL_QUEUE,
+                             "namespaces": list(KUEUE_NAMESPACES)}
         (directory / INFO_FILE).write_text(json.dumps(info, indent=2))
         print(describe(info), file=out)
         print("ready: Ctrl-C stops every process started here", file=out, flush=True)

@@ -77,6 +77,24 @@ def _amounts(vector: dict[str, Fraction]) -> dict[str, str]:
     return {name: format_quantity(amount) for name, amount in sorted(vector.items())}
 
 
+_AMOUNT_FIELDS = ("quota", "used", "usedByUs", "usedByOthers", "free")
+
+
+def _removing_stale(current: JSON, desired: JSON) -> JSON:
+    """`desired` as a merge patch over `current`: resources (and amount fields) no longer
+    there are set to null, since a merge patch only adds to a map."""
+    patch = dict(desired)
+    for name in _AMOUNT_FIELDS:
+        old = current.get(name)
+        if not isinstance(old, dict):
+            continue
+        if name not in desired:
+            patch[name] = None
+        else:
+            patch[name] = {**{k: None for k in old if k not in desired[name]}, **desired[name]}
+    return patch
+
+
 class WorkerClustersController:
     def __init__(
         self,
@@ -192,8 +210,9 @@ class WorkerClustersController:
             else:
                 desired_with_probe = desired
             try:
-                await client.merge_patch(name, {"status": desired_with_probe},
-                                         subresource="status")
+                await client.merge_patch(
+                    name, {"status": _removing_stale(obj.get("status") or {}, desired_with_probe)},
+                    subresource="status")
             except ApiException as error:
                 log.debug("cannot write status of WorkerCluster %s: %s", name, error.status)
                 continue

@@ -16,12 +16,13 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES
+from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINJOBS
 from dispatcher.app import Dispatcher
 from dispatcher.config import DispatcherConfig
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
 from dispatcher.localcluster import LocalControlPlane
+from tests.factories import condition
 
 SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
 DEFAULT_QUOTA = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "16"}
@@ -154,3 +155,11 @@ async def eventually(check: Callable[[], Awaitable[Any]], *, timeout: float = 10
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"condition not met within {timeout}s (last: {last!r})")
         await asyncio.sleep(interval)
+
+
+async def complete_mirror(admin_clients: dict[str, ClusterClient], worker: str, name: str,
+                          namespace: str) -> None:
+    """Play the worker's trainer: mark the mirror Complete."""
+    await Resource(admin_clients[worker], TRAINJOBS).merge_patch(name, {"status": {
+        "conditions": [condition("Complete", "AllJobsCompleted", "done")]}},
+        namespace=namespace, subresource="status")

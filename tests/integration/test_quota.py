@@ -12,8 +12,8 @@ from dispatcher.api.kueue import WORKLOAD_PRIORITY_CLASSES
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
-from tests.factories import condition, trainjob
-from tests.integration.conftest import StartDispatcher, eventually
+from tests.factories import trainjob
+from tests.integration.conftest import StartDispatcher, complete_mirror, eventually
 
 pytestmark = pytest.mark.integration
 MEMORY = "256Gi"
@@ -54,13 +54,6 @@ async def create_jobs(admin_clients: dict[str, ClusterClient], namespace: str,
     for name in names:
         await jobs.create(trainjob(name, namespace, managed_by=MANAGED_BY_MULTIKUEUE, **kwargs),
                           namespace=namespace)
-
-
-async def complete_mirror(admin_clients: dict[str, ClusterClient], worker: str, name: str,
-                          namespace: str) -> None:
-    await Resource(admin_clients[worker], TRAINJOBS).merge_patch(name, {"status": {
-        "conditions": [condition("Complete", "AllJobsCompleted", "done")]}},
-        namespace=namespace, subresource="status")
 
 
 async def test_exactly_the_jobs_that_fit_are_placed_and_a_restart_books_nothing_twice(

@@ -21,7 +21,13 @@ from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import SECRETS, Resource
 from dispatcher.localcluster import LocalControlPlane
 from tests.factories import trainjob
-from tests.integration.conftest import DEFAULT_QUOTA, StartDispatcher, base_config, eventually
+from tests.integration.conftest import (
+    DEFAULT_QUOTA,
+    StartDispatcher,
+    base_config,
+    complete_mirror,
+    eventually,
+)
 from tests.invariants import check_invariants
 
 pytestmark = pytest.mark.integration
@@ -73,6 +79,17 @@ async def test_broken_kubeconfig_secret_makes_only_that_worker_inactive(
                           namespace=namespace)
         mirror = Resource(admin_clients["worker-b"], TRAINJOBS)
         await eventually(lambda: mirror.get("still-works", namespace=namespace))
+
+        async def b_status(holds: bool) -> dict[str, Any] | None:
+            status = ((await workers.get(names["worker-b"])) or {}).get("status") or {}
+            return status if bool(status.get("usedByUs")) == holds else None
+        held = await eventually(lambda: b_status(True), timeout=10)
+        assert held["usedByUs"]["cpu"] == held["used"]["cpu"] == "1"
+        assert held["free"]["cpu"] == "63" and not held.get("usedByOthers")
+        # The job ends: its amounts leave the status (a merge patch alone would keep them).
+        await complete_mirror(admin_clients, "worker-b", "still-works", namespace)
+        released = await eventually(lambda: b_status(False), timeout=10)
+        assert not released.get("used") and released["free"]["cpu"] == "64"
 
         await Resource(manager, SECRETS).delete(secret_name(names["worker-a"]), namespace=system)
 
