@@ -8,6 +8,7 @@ it with SIGINT.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -77,13 +78,13 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+@contextlib.contextmanager
+def running_up(directory: Path, *flags: str) -> Iterator[Up]:
+    """`dispatcher up` in a subprocess until ready; SIGINT (then a kill) at the end."""
     ensure_binaries()
-    directory = tmp_path_factory.mktemp("up")
     process = subprocess.Popen(
         [sys.executable, "-m", "dispatcher", "up", "--dir", str(directory), "--port", "0",
-         "--jobs-seconds", "1"],
+         "--jobs-seconds", "1", *flags],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
     env = Up(process, directory)
     reader = threading.Thread(target=env.read, daemon=True)
@@ -102,6 +103,12 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
         reader.join(5)
         if process.stdout is not None:
             process.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    with running_up(tmp_path_factory.mktemp("up")) as env:
+        yield env
 
 
 def kubectl(up: Up, *args: str, kubeconfig: str = "manager") -> str:
