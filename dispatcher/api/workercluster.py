@@ -40,5 +40,6 @@ class WorkerSpec:
     from_crd: bool = True
 
     def connection_fields(self) -> tuple[Any, ...]:
-        """What forces a new client when it changes."""
-        return (repr(self.kubeconfig), self.problem)
+        """What forces a new connection when it changes (the queues decide whether the
+        worker's Kueue is watched)."""
+        return (repr(self.kubeconfig), self.problem, self.local_queue, self.cluster_queue)

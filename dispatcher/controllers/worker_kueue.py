@@ -49,6 +49,28 @@ class QueueProblem(Exception):
         self.reason = reason
 
 
+def summary(workload: JSON) -> JSON:
+    """What the dispatcher reads of a Workload: its identity, owner, conditions and
+    admission (not its pod templates, often most of its size)."""
+    metadata = workload.get("metadata") or {}
+    status = workload.get("status") or {}
+    admission = status.get("admission") or {}
+    kept: JSON = {
+        "metadata": {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                              "ownerReferences") if k in metadata},
+        "status": {"conditions": status.get("conditions") or []},
+    }
+    job_uid = (metadata.get("labels") or {}).get(JOB_UID_LABEL)
+    if job_uid:
+        kept["metadata"]["labels"] = {JOB_UID_LABEL: job_uid}
+    if admission:
+        kept["status"]["admission"] = {
+            "clusterQueue": admission.get("clusterQueue", ""),
+            "podSetAssignments": [{"resourceUsage": a.get("resourceUsage") or {}}
+                                  for a in admission.get("podSetAssignments") or []]}
+    return kept
+
+
 def owner_key(workload: JSON) -> str | None:
     metadata = workload.get("metadata") or {}
     for ref in metadata.get("ownerReferences") or []:
@@ -63,7 +85,8 @@ class WorkerKueue:
                  on_news: WorkloadNews) -> None:
         self.cluster_queue = cluster_queue
         self.workloads = Informer(Resource(client, WORKLOADS), settings=settings,
-                                  on_connection=on_connection, name=f"{worker}/workloads")
+                                  on_connection=on_connection, name=f"{worker}/workloads",
+                                  transform=summary)
         self.workloads.add_handler(self._on_workload)
         self.queues: dict[str, QueueQuota] = {}
         self._client = client

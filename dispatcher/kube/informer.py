@@ -81,8 +81,12 @@ class Informer:
         settings: InformerSettings | None = None,
         on_connection: ConnectionHandler | None = None,
         name: str = "",
+        transform: Callable[[JSON], JSON] | None = None,
     ) -> None:
         self.resource = resource
+        self._transform = transform
+        """Applied to every object before it is cached and handed to handlers: a cache of
+        many large objects keeps only the fields its readers use."""
         self.namespace = namespace
         self.label_selector = label_selector
         self.settings = settings or InformerSettings()
@@ -117,7 +121,11 @@ class Informer:
             return  # the answer to a write that the watch already reported deleted
         cached = self.store.get(key)
         if cached is None or _newer(obj, cached):
-            self.store[key] = _trimmed(obj)
+            self.store[key] = self._kept(obj)
+
+    def _kept(self, obj: JSON) -> JSON:
+        obj = _trimmed(obj)
+        return self._transform(obj) if self._transform is not None else obj
 
     def forget(self, key: str) -> None:
         """Drop an object this process just deleted from the cache."""
@@ -170,7 +178,7 @@ class Informer:
             kind = self.resource.kind
             for item in page.get("items", []):
                 item.setdefault("apiVersion", kind.api_version)
-                items[object_key(item)] = _trimmed(item)
+                items[object_key(item)] = self._kept(item)
             token = page.get("metadata", {}).get("continue")
             if not token:
                 self._resource_version = page["metadata"]["resourceVersion"]
@@ -241,7 +249,7 @@ class Informer:
         if event_type == "BOOKMARK":
             return
         obj.setdefault("apiVersion", self.resource.kind.api_version)
-        obj = _trimmed(obj)
+        obj = self._kept(obj)
         key = object_key(obj)
         if event_type == DELETED:
             self.store.pop(key, None)

@@ -189,3 +189,17 @@ def test_capacity_with_kueue_is_capped_by_the_declared_quota() -> None:
                          room=queue_room(a, {"a": a, "b": b}, {"a": {"cpu": F(1)}},
                                          [OurJob(booked={"cpu": F(2)})]))
     assert unbounded.free == {"cpu": F(5)} and unbounded.scheduler_used == {"cpu": F(3)}
+
+
+def test_the_cached_summary_of_a_workload_reads_the_same() -> None:
+    from dispatcher.controllers.worker_kueue import owner_key, summary
+
+    full = workload(usage=[{"cpu": "2"}, {"cpu": "1", "memory": "1Gi"}])
+    full["metadata"].update(namespace="ns", uid="u", resourceVersion="9", ownerReferences=[
+        {"kind": "TrainJob", "name": "j", "uid": "job-1", "controller": True}])
+    full["spec"] = {"podSets": [{"name": "node", "template": {"spec": {"containers": []}}}]}
+    kept = summary(full)
+    assert "spec" not in kept
+    assert reservation_of(kept) == reservation_of(full)
+    assert kept["status"]["conditions"] == full["status"]["conditions"]
+    assert owner_key(kept) == owner_key(full) == "ns/j"
