@@ -130,6 +130,7 @@ class Dispatcher:
                 labels=spec.labels,
                 active=worker.usable() and worker.collected,
                 cordoned=spec.cordoned or spec.drain, unavailable=_unavailable(worker),
+                priority_classes=worker.kueue.priority_classes if worker.kueue else None,
             ))
         return views
 

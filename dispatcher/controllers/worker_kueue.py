@@ -5,7 +5,10 @@ it, `WorkerKueue` watches every Workload on the worker (Kueue's own record of ea
 whether it is admitted, why it waits, whether it was evicted, what quota it holds) and,
 when a ClusterQueue is named, lists the ClusterQueues on every probe (the named one and
 its cohort). What the Workloads hold is kept per ClusterQueue as they change, so the
-worker's room (`placement/capacity.queue_room`) costs no scan of them.
+worker's room (`placement/capacity.queue_room`) costs no scan of them. The names of its
+WorkloadPriorityClasses are listed on every probe too: a mirror whose priority class the
+worker's Kueue lacks would never get a Workload there, so such a worker is not offered
+the job (`placement/scheduler.py`).
 
 A Workload belongs to the job its label `kueue.x-k8s.io/job-uid` names; for a mirror
 that is the mirror's UID. Kueue names the job in the Workload's owner reference, so a
@@ -20,7 +23,7 @@ from fractions import Fraction
 from typing import Any
 
 from dispatcher.api import constants as c
-from dispatcher.api.kueue import CLUSTER_QUEUES, WORKLOADS
+from dispatcher.api.kueue import CLUSTER_QUEUES, WORKLOAD_PRIORITY_CLASSES, WORKLOADS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.informer import DELETED, ConnectionHandler, Informer, InformerSettings
 from dispatcher.kube.resource import Resource
@@ -97,6 +100,8 @@ class WorkerKueue:
         """Job UID -> Workload key."""
         self.reserved: dict[str, Vector] = {}
         """ClusterQueue -> what its Workloads hold."""
+        self.priority_classes: frozenset[str] | None = None
+        """Names of the worker's WorkloadPriorityClasses; None until listed."""
 
     async def run(self) -> None:
         await self.workloads.run()
@@ -139,6 +144,14 @@ class WorkerKueue:
         job = owner_key(workload)
         if job is not None:
             self._on_news(job)
+
+    async def refresh_priority_classes(self) -> bool:
+        """List the WorkloadPriorityClasses' names; True when they changed."""
+        listed = await Resource(self._client, WORKLOAD_PRIORITY_CLASSES).list()
+        names = frozenset(obj["metadata"]["name"] for obj in listed.get("items") or [])
+        changed = names != self.priority_classes
+        self.priority_classes = names
+        return changed
 
     async def refresh_queues(self) -> bool:
         """List the ClusterQueues; True when they changed. QueueProblem when the named one

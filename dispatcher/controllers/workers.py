@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from dispatcher.api import constants as c
-from dispatcher.api.kueue import CLUSTER_QUEUES, WORKLOADS
+from dispatcher.api.kueue import CLUSTER_QUEUES, WORKLOAD_PRIORITY_CLASSES, WORKLOADS
 from dispatcher.api.workercluster import WorkerSpec
 from dispatcher.controllers.worker_kueue import QueueProblem, WorkerKueue
 from dispatcher.kinds import JobKind
@@ -185,6 +185,15 @@ class WorkerConnection:
             self._set_state(False, *_reason_for(error, self._options.kind.kind))
             return
         message = "connected"
+        if self.kueue is not None:
+            try:
+                if await self.kueue.refresh_priority_classes():
+                    self.notify()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                self._set_state(False, *_reason_for(error, WORKLOAD_PRIORITY_CLASSES))
+                return
         if self.kueue is not None and self.spec.cluster_queue:
             try:
                 if await self.kueue.refresh_queues():

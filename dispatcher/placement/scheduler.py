@@ -3,7 +3,9 @@
 Pending jobs are ordered by priority (higher first), then creation time, then key.
 Each job goes to an eligible worker where its demand fits the free quota: active, not
 cordoned, labels matching the job's cluster selector, not excluded for this job (it
-rejected the job recently). Among those, the policy chooses: `MostFree` (the largest
+rejected the job recently), and, for a worker running Kueue, one whose Kueue has the
+WorkloadPriorityClass the job names (without it the worker's Kueue never creates the
+mirror's Workload). Among those, the policy chooses: `MostFree` (the largest
 smallest-free-share across the demanded resources) or `BestFit` (the smallest such
 share left after placing); ties go to the worker name in sorting order.
 
@@ -48,6 +50,8 @@ class PendingJob:
     """Creation time as RFC 3339 text, which sorts in time order."""
     selector: Selector = _match_all
     excluded: frozenset[str] = frozenset()
+    priority_class: str = ""
+    """The WorkloadPriorityClass the job's `kueue.x-k8s.io/priority-class` label names."""
 
     def order(self) -> tuple[int, str, str]:
         return (-self.priority, self.created, self.key)
@@ -65,6 +69,12 @@ class WorkerView:
     cordoned: bool = False
     unavailable: str = ""
     """Why the worker takes no new jobs now, when it does not ("BadKubeconfig: ...")."""
+    priority_classes: frozenset[str] | None = None
+    """The WorkloadPriorityClasses its Kueue has; None when it runs no Kueue (or they
+    could not be read), so any class goes."""
+
+    def knows_priority_class(self, name: str) -> bool:
+        return not name or self.priority_classes is None or name in self.priority_classes
 
     def free(self) -> dict[str, Fraction] | None:
         return None if self.quota is None else resources.remaining(self.quota, self.used)
@@ -138,6 +148,20 @@ def _no_active_worker_message(workers: list[WorkerView]) -> str:
     return f"only workers that are not active could hold it: {_named(named)}"
 
 
+def _ineligible_message(job: PendingJob, matching: list[WorkerView]) -> str:
+    if not matching:
+        return "no worker matches the job's cluster selector"
+    lacking = [w.name for w in matching if not w.knows_priority_class(job.priority_class)]
+    if len(lacking) == len(matching):
+        return (f"WorkloadPriorityClass {job.priority_class!r} exists in the Kueue of no "
+                f"matching worker ({_named(lacking)}): create it there, or change the "
+                f"job's {c.LABEL_PRIORITY_CLASS} label")
+    rejected = "every matching worker rejected the job"
+    if lacking:
+        return f"{rejected} or lacks WorkloadPriorityClass {job.priority_class!r}"
+    return rejected
+
+
 def _waiting_message(job: PendingJob, workers: list[WorkerView]) -> str:
     best: tuple[int, str, str] | None = None
     for worker in workers:
@@ -166,12 +190,12 @@ def schedule(
     blocked_by: str | None = None
     waiting = 0
     for job in sorted(pending, key=PendingJob.order):
-        eligible = [w for w in views if job.selector(w.labels) and w.name not in job.excluded]
+        matching = [w for w in views if job.selector(w.labels)]
+        eligible = [w for w in matching if w.name not in job.excluded
+                    and w.knows_priority_class(job.priority_class)]
         if not eligible:
-            reason = c.REASON_UNSCHEDULABLE
-            message = ("no worker matches the job's cluster selector" if not job.excluded
-                       else "every matching worker rejected the job")
-            decisions.append(Decision(job.key, job.uid, None, reason, message))
+            decisions.append(Decision(job.key, job.uid, None, c.REASON_UNSCHEDULABLE,
+                                      _ineligible_message(job, matching)))
             continue
         holders = [w for w in eligible if resources.fits(job.demand, w.quota)]
         if not holders:

@@ -199,3 +199,25 @@ def test_reason_is_never_fits_iff_no_worker_could_ever_hold_it(
         assert decision.reason in (c.REASON_PLACED, c.REASON_WAITING_FOR_QUOTA)
         if decision.worker is not None:
             assert decision.worker in {v.name for v in could_hold if v.active}
+
+
+def test_a_worker_whose_kueue_lacks_the_priority_class_is_not_offered() -> None:
+    workers = [worker("a", 8, priority_classes=frozenset({"low"})),
+               worker("b", 8, used=6, priority_classes=frozenset({"low", "high"}))]
+    decisions = schedule([job("j1", 2, priority_class="high"), job("j2", 2)], workers)
+    assert {d.key: d.worker for d in decisions} == {"j1": "b", "j2": "a"}
+
+
+def test_no_worker_knows_the_priority_class_says_which_and_how_to_fix() -> None:
+    workers = [worker("a", 8, priority_classes=frozenset()),
+               worker("b", 8, priority_classes=frozenset({"low"}))]
+    decision = schedule([job("j1", 2, priority_class="high")], workers)[0]
+    assert (decision.worker, decision.reason) == (None, c.REASON_UNSCHEDULABLE)
+    assert "WorkloadPriorityClass 'high' exists in the Kueue of no matching worker (a; b)" \
+        in decision.message
+    assert c.LABEL_PRIORITY_CLASS in decision.message
+
+
+def test_a_worker_without_kueue_takes_any_priority_class() -> None:
+    decision = schedule([job("j1", 2, priority_class="high")], [worker("a", 8)])[0]
+    assert decision.worker == "a"

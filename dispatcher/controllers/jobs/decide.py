@@ -314,4 +314,5 @@ def _pending(s: JobSnapshot, memory: JobMemory) -> Action:
     return Enqueue(PendingJob(
         key=s.key, uid=s.uid, demand=s.demand, priority=s.priority,
         created=s.job["metadata"].get("creationTimestamp", ""), selector=selector,
-        excluded=memory.excluded_now(s.now)))
+        excluded=memory.excluded_now(s.now),
+        priority_class=(s.job["metadata"].get("labels") or {}).get(c.LABEL_PRIORITY_CLASS, "")))

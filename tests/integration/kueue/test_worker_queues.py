@@ -1,6 +1,7 @@
 """A worker's ClusterQueue as real Kueue keeps it: borrowing within a cohort, and the
 queues that cannot be used (missing, inactive, not covering a resource), each with a
-reason on the worker and on the jobs that would go there."""
+reason on the worker and on the jobs that would go there; a priority class a worker's
+Kueue lacks keeps the job away from that worker, with a reason."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ import pytest
 from dispatcher.api import constants as c
 from dispatcher.app import Dispatcher
 from dispatcher.kube.resource import Resource
-from dispatcher.localcluster.kueue_objects import CLUSTER_QUEUES, cluster_queue
+from dispatcher.localcluster.kueue_objects import (
+    CLUSTER_QUEUES,
+    WORKLOAD_PRIORITY_CLASSES,
+    cluster_queue,
+    workload_priority_class,
+)
 from tests.integration.conftest import eventually
 from tests.integration.kueue.conftest import KueueClusters, is_true
 from tests.integration.kueue.helpers import (
@@ -21,6 +27,7 @@ from tests.integration.kueue.helpers import (
     StartOnHub,
     create,
     dispatched,
+    finished,
     long_running,
     placed_on,
     queues,
@@ -122,3 +129,36 @@ async def test_a_resource_the_queue_does_not_cover_is_not_offered(
         return cond if cond.get("reason") == c.REASON_UNSCHEDULABLE else None
     cond = await eventually(unschedulable, timeout=20)
     assert "nvidia.com/gpu" in cond["message"]
+
+
+async def test_a_priority_class_a_worker_lacks_keeps_the_job_away_from_it(
+    kueue_clusters: KueueClusters, kueue_namespace: str, dispatchers: StartOnHub,
+) -> None:
+    ns = kueue_namespace
+    high, unknown = f"high-{ns}", f"unknown-{ns}"
+    await Resource(kueue_clusters.clients["worker-b"], WORKLOAD_PRIORITY_CLASSES).create(
+        workload_priority_class(high, 1000))
+    four = {"cpu": "4", "memory": "64Gi"}
+    cq_a = await queues(kueue_clusters, "worker-a", ns, four)
+    cq_b = await queues(kueue_clusters, "worker-b", ns, four)
+    await dispatchers(workers={"static": [
+        worker(kueue_clusters, "worker-a", localQueue=LOCAL_QUEUE, clusterQueue=cq_a),
+        worker(kueue_clusters, "worker-b", localQueue=LOCAL_QUEUE, clusterQueue=cq_b)]})
+    await create(kueue_clusters, ns, "urgent", labels={c.LABEL_PRIORITY_CLASS: high})
+    await create(kueue_clusters, ns, "nameless", labels={c.LABEL_PRIORITY_CLASS: unknown})
+    done = await eventually(lambda: finished(kueue_clusters, ns, "urgent"), timeout=40)
+    assert done["type"] == "Complete"
+    assert await placed_on(kueue_clusters, ns, "urgent") == "worker-b"
+
+    async def unschedulable() -> dict[str, Any] | None:
+        cond = await dispatched(kueue_clusters, ns, "nameless")
+        return cond if cond.get("reason") == c.REASON_UNSCHEDULABLE else None
+    cond = await eventually(unschedulable, timeout=20)
+    assert (f"WorkloadPriorityClass {unknown!r} exists in the Kueue of no matching worker "
+            "(worker-a; worker-b)") in cond["message"]
+    # The worker's admin adds the class: the next probe offers the worker, the job runs.
+    await Resource(kueue_clusters.clients["worker-a"], WORKLOAD_PRIORITY_CLASSES).create(
+        workload_priority_class(unknown, 10))
+    done = await eventually(lambda: finished(kueue_clusters, ns, "nameless"), timeout=40)
+    assert done["type"] == "Complete"
+    assert await placed_on(kueue_clusters, ns, "nameless") == "worker-a"
