@@ -14,11 +14,13 @@ bench/scenarios.py, the plumbing in bench/harness.py, the reports in bench/repor
 3. Dispatcher: runs `dispatcher run` (its defaults, QPS raised) as a separate process,
    creates N claimed TrainJobs on the manager in a burst, and times from watch events:
    placement throughput, dispatch latency (manager create answered -> mirror seen on a
-   worker), time to drain the burst. Then, with every job in flight: new jobs at a steady
+   worker), time to drain the burst. With the N jobs placed, the status page (`/api/status`
+   and `/`) is timed and sized. Then, with every job in flight: new jobs at a steady
    rate (their dispatch latency), mirror statuses patched at a steady 50 a second as
    trainers would (each timed until the manager's status shows it), and the same status
    stream again during a second burst of new jobs. API writes and reconciles per job come
-   from the dispatcher's own metrics.
+   from the dispatcher's own metrics. Last, jobs that each ask for a whole worker's quota
+   are queued (they wait for quota) and the status page is timed again.
 4. CPU seconds of every process (API servers, etcd, the harness, the dispatcher) are read
    from /proc for the floor and for the burst: the machine is shared, so they show where
    the time goes and how close to the floor any dispatcher could come here.
@@ -51,7 +53,7 @@ from dispatcher.kube.client import ClusterClient
 from dispatcher.localcluster import LocalControlPlane
 
 SECOND_BURST_CAP = 2000
-"""The second burst is the run's N, at most this."""
+"""The second burst (and the jobs left waiting at the end) is the run's N, at most this."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class Measured:
     scrapes: tuple[Scrape, Scrape, Scrape]
     """/metrics before and after the status sync, and after it ran during a burst."""
     peak_rss_mb: float
+    status_page: dict[str, Any]
 
 
 async def benchmark(*, jobs: int, workers: int, concurrency: int, status_sample: int,
@@ -134,6 +137,7 @@ async def _phases(plane: LocalControlPlane, dispatcher: RunningDispatcher,
                                              jobs=plan.jobs, concurrency=plan.concurrency)
     await asyncio.sleep(1.0)
     placed = await scrape(dispatcher.port)
+    page_after_burst = await scenarios.status_page(dispatcher)
 
     steady = await scenarios.steady_dispatch(manager, watchers, rate=plan.steady_rate,
                                              count=plan.steady_jobs)
@@ -147,9 +151,15 @@ async def _phases(plane: LocalControlPlane, dispatcher: RunningDispatcher,
         concurrency=plan.concurrency)
     after_busy = await scrape(dispatcher.port)
     peak_rss = proc_peak_rss_mb(dispatcher.process.pid)
+
+    await scenarios.queue_waiting_jobs(dispatcher, manager, count=plan.second_burst,
+                                       concurrency=plan.concurrency)
+    page_with_waiting = await scenarios.status_page(dispatcher)
     return Measured(burst=burst, placed=placed, steady=steady, status=status,
                     status_busy=status_busy, scrapes=(before_status, after_status, after_busy),
-                    peak_rss_mb=peak_rss)
+                    peak_rss_mb=peak_rss,
+                    status_page={"after_burst": page_after_burst,
+                                 "with_waiting": page_with_waiting})
 
 
 def _dispatcher_result(m: Measured, plan: Plan) -> dict[str, Any]:
@@ -179,6 +189,7 @@ def _dispatcher_result(m: Measured, plan: Plan) -> dict[str, Any]:
         "events_per_job": round(m.placed.events / placed_jobs, 2),
         "reconciles_per_job": round(m.placed.reconciles / placed_jobs, 2),
         "api_writes_by_cluster": after_status.writes,
+        "status_page": m.status_page,
         "latencies": m.burst.dispatch, "steady_latencies": m.steady,
         "status_latencies": m.status, "status_busy_latencies": m.status_busy,
     }

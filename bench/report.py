@@ -1,9 +1,9 @@
 """The dispatch benchmark's reports: `bench/results/dispatch-<N>.json`, `.md` and `.png`.
 
 The JSON is the result of `bench.dispatch.benchmark` without the raw latency lists (its
-keys stay put so results of different runs compare); the markdown is a table of it and
-the CPU per job of every process; the PNG is the distribution of every latency list (it
-needs matplotlib, the `bench` extra).
+keys stay put so results of different runs compare); the markdown is a table of it, the
+CPU per job of every process and the status page's response times and sizes; the PNG is
+the distribution of every latency list (it needs matplotlib, the `bench` extra).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from bench.harness import DISPATCHER_CLIENT, RESULTS
 from bench.scenarios import STATUS_RATE
+from dispatcher.observability.statuspage import CACHE_SECONDS
 
 LATENCY_LISTS = {
     ("floor", "latencies"): "floor: create on worker",
@@ -24,6 +25,8 @@ LATENCY_LISTS = {
     ("dispatcher", "status_busy_latencies"): "dispatcher: status sync, during a burst",
 }
 """Raw latencies (seconds) in a result, drawn in the PNG and left out of the JSON."""
+PAGE_MOMENTS = {"after_burst": "after the burst", "with_waiting": "at the end, jobs waiting"}
+"""When each status page measurement was taken, by its key in the result."""
 
 
 def cpu_ceiling(floor: dict[str, Any], dispatched: dict[str, Any], jobs: int) -> float:
@@ -39,6 +42,10 @@ def cpu_ceiling(floor: dict[str, Any], dispatched: dict[str, Any], jobs: int) ->
 
 def _triple(latency: dict[str, float]) -> str:
     return f"{latency.get('p50_ms')}/{latency.get('p95_ms')}/{latency.get('p99_ms')}"
+
+
+def _pair(latency: dict[str, float]) -> str:
+    return f"{latency.get('p50_ms')}/{latency.get('p99_ms')}"
 
 
 def cpu_rows(floor: dict[str, Any], dispatched: dict[str, Any], jobs: int) -> list[str]:
@@ -80,8 +87,24 @@ def measure_rows(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def status_page_rows(dispatched: dict[str, Any]) -> list[str]:
+    """One row per status page measurement: after the burst, then with jobs waiting."""
+    rows = ["| when | jobs tracked | waiting | /api/status p50/p99 ms, fresh view "
+            "| reused view | /api/status bytes | / p50/p99 ms | / bytes |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for when, page in dispatched.get("status_page", {}).items():
+        rows.append(f"| {PAGE_MOMENTS.get(when, when)} | {page['jobs_tracked']} "
+                    f"| {page['jobs_waiting']} "
+                    f"| {_pair(page['api_status_fresh'])} | {_pair(page['api_status_reused'])} "
+                    f"| {page['api_status_bytes']} | {_pair(page['html'])} "
+                    f"| {page['html_bytes']} |")
+    return rows
+
+
 def markdown(result: dict[str, Any]) -> str:
     d, f = result["dispatcher"], result["floor"]
+    pages: dict[str, Any] = d.get("status_page", {})
+    requests = next((page["requests"] for page in pages.values()), "-")
     return (
         f"# Dispatch benchmark: {result['jobs']} jobs, {result['workers']} workers\n\n"
         f"Dispatcher settings: defaults, except client QPS/burst "
@@ -92,7 +115,13 @@ def markdown(result: dict[str, Any]) -> str:
         + "\n".join(cpu_rows(f, d, result["jobs"]))
         + f"\n\nA dispatcher using no CPU at all could reach {result['cpu_ceiling']}x the "
         "floor here: the API servers, etcd and the harness alone spend that much more CPU "
-        "per dispatched job than per raw copy, on the same cores.\n")
+        "per dispatched job than per raw copy, on the same cores.\n"
+        + "\n## Status page\n\n"
+        f"{requests} GETs of each, one at a time, as a browser polls: after the burst, then "
+        "with jobs that wait for quota added. A view is reused for "
+        f"{CACHE_SECONDS:g} s: half the `/api/status` requests build a fresh one, half get "
+        "the one just built. Sizes are the largest answer, in bytes.\n\n"
+        + "\n".join(status_page_rows(d)) + "\n")
 
 
 def plot(latencies: dict[str, list[float]], result: dict[str, Any], path: Path) -> None:

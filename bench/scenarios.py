@@ -9,6 +9,8 @@
 - `status_sync`: mirror statuses patched at a steady rate as trainers would, each timed
   until the manager's job shows it; `status_sync_during_burst` does the same while a
   second burst of new jobs arrives (news about running jobs must not wait behind them).
+- `queue_waiting_jobs` and `status_page`: jobs that wait for quota, and the response time
+  and size of the status page (`/api/status`, `/`) with every job tracked.
 
 Scenarios get the clients, watches and the running dispatcher from the orchestration
 (bench/dispatch.py) and return plain numbers; bench/harness.py has the plumbing.
@@ -17,13 +19,17 @@ Scenarios get the clients, watches and the running dispatcher from the orchestra
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
+
 from bench.harness import (
     FLOOR_NAMESPACE,
     NAMESPACE,
+    WORKER_QUOTA,
     CpuMeter,
     JobWatch,
     RunningDispatcher,
@@ -33,16 +39,21 @@ from bench.harness import (
     plane_pids,
     wait_for,
 )
+from dispatcher.api import constants as c
 from dispatcher.api.trainer import TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
 from dispatcher.localcluster import LocalControlPlane
+from dispatcher.observability.statuspage import CACHE_SECONDS, DEFAULT_LIMIT
 from tests.factories import trainjob
 
 STATUS_RATE = 50.0
 """Status changes a second in the status-sync scenarios."""
 RUNNING_STATUS = [{"name": "node", "active": 1, "ready": 1, "succeeded": 0, "failed": 0,
                    "suspended": 0}]
+PAGE_REQUESTS = 20
+"""GETs of each status page endpoint per measurement: for `/api/status` half build a
+fresh view, half get the one just built (a view is reused for CACHE_SECONDS)."""
 
 
 async def floor(plane: LocalControlPlane, clients: dict[str, ClusterClient],
@@ -163,3 +174,67 @@ async def status_sync_during_burst(
     await bounded(concurrency, [create_claimed(clients["manager"], f"second-{i:05d}")
                                 for i in range(burst_jobs)])
     return await status_task
+
+
+async def _get(session: aiohttp.ClientSession, url: str) -> tuple[float, bytes]:
+    started = time.monotonic()
+    async with session.get(url) as response:
+        body = await response.read()
+        response.raise_for_status()
+    return time.monotonic() - started, body
+
+
+def _api_url(port: int) -> str:
+    return f"http://127.0.0.1:{port}/api/status?offset=0&limit={DEFAULT_LIMIT}"
+
+
+async def status_page(dispatcher: RunningDispatcher, *,
+                      requests: int = PAGE_REQUESTS) -> dict[str, Any]:
+    """Response times and sizes of the status page as a browser polls it, sequentially.
+
+    `/api/status` is asked for in pairs, more than CACHE_SECONDS apart: the first of a
+    pair builds a fresh view (every tracked job walked), the second gets it reused. The
+    jobs tracked and waiting are the page's own counts, from the last answer.
+    """
+    fresh: list[float] = []
+    reused: list[float] = []
+    html: list[float] = []
+    api_bytes = html_bytes = 0
+    body = b""
+    async with aiohttp.ClientSession() as session:
+        for _ in range(requests // 2):
+            await asyncio.sleep(CACHE_SECONDS + 0.1)  # the view made before has expired
+            for latencies in (fresh, reused):
+                seconds, body = await _get(session, _api_url(dispatcher.port))
+                latencies.append(seconds)
+                api_bytes = max(api_bytes, len(body))
+        for _ in range(requests):
+            seconds, page = await _get(session, f"http://127.0.0.1:{dispatcher.port}/")
+            html.append(seconds)
+            html_bytes = max(html_bytes, len(page))
+    view = json.loads(body)
+    return {"requests": requests,
+            "jobs_tracked": sum(view["by_state"].values()),
+            "jobs_waiting": view["queue"]["total"],
+            "api_status_fresh": percentiles(fresh), "api_status_reused": percentiles(reused),
+            "api_status_bytes": api_bytes,
+            "html": percentiles(html), "html_bytes": html_bytes}
+
+
+async def queue_waiting_jobs(dispatcher: RunningDispatcher, manager: ClusterClient, *,
+                             count: int, concurrency: int) -> bool:
+    """`count` jobs that each ask for a whole worker's quota: none fits beside the jobs
+    already placed, so every one waits for quota in the dispatcher's queue. True once
+    the status page counts them all as WaitingForQuota (False if that takes too long)."""
+    demand = {"requests": {"cpu": WORKER_QUOTA["cpu"], "memory": "1Gi"}}
+    await bounded(concurrency, [create_claimed(manager, f"waiting-{i:05d}",
+                                               resources_per_node=demand)
+                                for i in range(count)])
+    deadline = time.monotonic() + max(60.0, count / 20)
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            _, body = await _get(session, _api_url(dispatcher.port))
+            if json.loads(body)["by_reason"].get(c.REASON_WAITING_FOR_QUOTA, 0) >= count:
+                return True
+            await asyncio.sleep(CACHE_SECONDS)
+    return False
