@@ -7,7 +7,8 @@ import argparse
 import asyncio
 import json
 
-from bench.dispatch import benchmark, write_reports
+from bench.dispatch import benchmark
+from bench.report import write_reports
 
 
 def main() -> None:

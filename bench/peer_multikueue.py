@@ -24,7 +24,7 @@ import json
 import time
 from typing import Any
 
-from bench.dispatch import RESULTS, CpuMeter, bounded, percentiles, proc_peak_rss_mb
+from bench.harness import RESULTS, CpuMeter, bounded, percentiles, proc_peak_rss_mb
 from bench.peer_env import NAMESPACE, QUEUE, Environment, System, environment
 from bench.peer_measure import JobWatch, api_writes, difference
 from bench.peer_systems import SYSTEMS, controllers

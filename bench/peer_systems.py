@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from bench.dispatch import DISPATCHER_CLIENT, RESULTS, wait_ready
+from bench.harness import DISPATCHER_CLIENT, RESULTS, wait_ready
 from bench.peer_env import (
     KUEUE_DEFAULTS,
     KUEUE_TUNED,
