@@ -28,10 +28,6 @@ class JobState:
     message: str
 
 
-def _condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((x for x in status.get("conditions") or [] if x.get("type") == type_), None)
-
-
 def job_state(job: dict[str, Any], *, managed_by: str) -> JobState:
     spec = job.get("spec") or {}
     if spec.get("managedBy") != managed_by:
@@ -39,11 +35,18 @@ def job_state(job: dict[str, Any], *, managed_by: str) -> JobState:
     status = job.get("status") or {}
     annotations = job["metadata"].get("annotations") or {}
     worker = annotations.get(c.ANNOTATION_CLUSTER, "")
-    for type_ in (STATE_FAILED, STATE_COMPLETE):
-        cond = _condition(status, type_)
-        if cond and cond.get("status") == "True":
-            return JobState(worker, type_, cond.get("message") or cond.get("reason", ""))
-    dispatched = _condition(status, c.CONDITION_DISPATCHED)
+    finished: dict[str, Any] | None = None
+    dispatched: dict[str, Any] | None = None
+    for cond in status.get("conditions") or []:
+        type_ = cond.get("type")
+        if type_ == c.CONDITION_DISPATCHED:
+            dispatched = cond
+        elif (type_ in (STATE_FAILED, STATE_COMPLETE) and cond.get("status") == "True"
+              and (finished is None or type_ == STATE_FAILED)):
+            finished = cond
+    if finished is not None:
+        return JobState(worker, finished["type"],
+                        finished.get("message") or finished.get("reason", ""))
     if worker:
         if any(js.get("active") for js in status.get("jobsStatus") or []):
             return JobState(worker, STATE_RUNNING, f"running on {worker}")

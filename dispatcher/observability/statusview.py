@@ -194,9 +194,15 @@ def _row(job: Mapping[str, Any], state: JobState, position: int | None = None) -
                   state.state, _POSITION_NOTE.sub("", state.message), position)
 
 
-def _page(rows: list[JobRow], offset: int, limit: int | None) -> Page:
+def _page(entries: list[tuple[Any, Mapping[str, Any], JobState]], offset: int,
+          limit: int | None, *, numbered: bool = False) -> Page:
+    """Rows of one page of `entries` in their sort order; only the page's rows are made
+    (with 10,000 jobs, most are never shown)."""
+    entries.sort(key=lambda entry: entry[0])
     end = None if limit is None else offset + limit
-    return Page(total=len(rows), offset=offset, items=rows[offset:end])
+    rows = [_row(job, state, offset + i if numbered else None)
+            for i, (_, job, state) in enumerate(entries[offset:end], start=1)]
+    return Page(total=len(entries), offset=offset, items=rows)
 
 
 def _top(counter: Counter[str], limit: int) -> dict[str, int]:
@@ -222,8 +228,8 @@ def build_view(
     and `limit` page the queue (and the other job lists), `recent` caps the activity."""
     priorities = priorities or {}
     queued: list[tuple[tuple[int, str, str], Mapping[str, Any], JobState]] = []
-    placed: list[JobRow] = []
-    others: list[JobRow] = []
+    placed: list[tuple[tuple[str, str, str], Mapping[str, Any], JobState]] = []
+    others: list[tuple[tuple[bool, str, str], Mapping[str, Any], JobState]] = []
     by_state: Counter[str] = Counter()
     by_reason: Counter[str] = Counter()
     by_namespace: Counter[str] = Counter()
@@ -231,28 +237,26 @@ def build_view(
         if (job.get("spec") or {}).get("managedBy") != managed_by:
             continue
         state = job_state(dict(job), managed_by=managed_by)
+        metadata = job["metadata"]
+        namespace, name = str(metadata.get("namespace", "")), str(metadata["name"])
         by_state[state.state] += 1
-        by_namespace[str(job["metadata"].get("namespace", ""))] += 1
+        by_namespace[namespace] += 1
         if state.state in QUEUED_STATES:
-            key = job_key(job)
-            order = (-priorities.get(key, 0), job["metadata"].get("creationTimestamp", ""), key)
+            key = f"{namespace}/{name}"
+            order = (-priorities.get(key, 0), metadata.get("creationTimestamp", ""), key)
             queued.append((order, job, state))
             by_reason[_dispatched_reason(job) or js.STATE_PENDING] += 1
         elif state.state in PLACED_STATES:
-            placed.append(_row(job, state))
+            placed.append(((state.worker, namespace, name), job, state))
         else:
-            others.append(_row(job, state))
+            others.append(((state.state in FINAL_STATES, namespace, name), job, state))
             if state.state not in FINAL_STATES:
                 by_reason[_dispatched_reason(job) or state.state] += 1
-    queued.sort(key=lambda entry: entry[0])
-    queue = [_row(job, state, i) for i, (_, job, state) in enumerate(queued, start=1)]
-    placed.sort(key=lambda r: (r.worker, r.namespace, r.name))
-    others.sort(key=lambda r: (r.state in FINAL_STATES, r.namespace, r.name))
     activity = sorted((activity_from_event(e) for e in events), key=lambda a: a.time,
                       reverse=True)[:recent]
     return StatusView(
         workers=sorted(workers, key=lambda w: w.name),
-        queue=_page(queue, offset, limit), placed=_page(placed, 0, limit),
+        queue=_page(queued, offset, limit, numbered=True), placed=_page(placed, 0, limit),
         others=_page(others, 0, limit), by_state=dict(sorted(by_state.items())),
         by_reason=dict(sorted(by_reason.items())),
         by_namespace=_top(by_namespace, TOP_NAMESPACES), recent=activity,
