@@ -20,7 +20,7 @@ def main() -> None:
     parser.add_argument("--steady-rate", type=float, default=50.0,
                         help="jobs/s submitted after the burst, with the burst in flight")
     parser.add_argument("--steady-jobs", type=int, default=500)
-    parser.add_argument("--quick", action="store_true", help="300 jobs: under a minute")
+    parser.add_argument("--quick", action="store_true", help="300 jobs: about two minutes")
     parser.add_argument("--peer", choices=["multikueue"],
                         help="compare with a peer system instead (--quick: 200 jobs, 2 workers, "
                              "the peer capped at 2 minutes)")

@@ -16,7 +16,7 @@ from dispatcher.kube.resource import Resource
 from tests.factories import trainjob
 from tests.integration.conftest import StartDispatcher, eventually
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]  # 2,000 jobs: slow when loaded
 JOBS = 2000
 QUOTA_CPU = 100
 
