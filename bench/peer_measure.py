@@ -6,6 +6,12 @@
 - `api_writes()`: the write requests (create, update, patch, apply, delete) each API
   server has served, from its own `apiserver_request_total`; the difference over a phase
   counts every client's writes (controllers, Kueue, the garbage collector, the harness).
+  `api_writes(cluster, verbs=READ_VERBS)` counts single-object reads (GET) the same way:
+  on a worker they are mostly MultiKueue's, whose remote clients have no cache (every
+  Kueue and the dispatcher read their own clusters through watches).
+- `WorkloadStages`: on a Kueue cluster (MultiKueue's manager), when each job's Workload
+  was first seen, first had its quota reserved and was first admitted (every admission
+  check Ready: for MultiKueue, a worker has reserved it): where the time goes.
 - CPU seconds and peak RSS of every process come from /proc (bench/dispatch.py).
 """
 
@@ -19,6 +25,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from dispatcher.api.kueue import WORKLOADS
 from dispatcher.api.trainer import TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.informer import ADDED, MODIFIED, Informer
@@ -26,6 +33,7 @@ from dispatcher.kube.resource import Resource
 from dispatcher.localcluster import LocalCluster
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
+READ_VERBS = frozenset({"GET"})
 
 
 class JobWatch:
@@ -58,14 +66,63 @@ class JobWatch:
         await asyncio.gather(self.task, return_exceptions=True)
 
 
+class WorkloadStages:
+    """First-seen times of each Workload's stages, keyed by the owning job's name."""
+
+    STAGES = ("QuotaReserved", "Admitted")
+
+    def __init__(self, client: ClusterClient, namespace: str) -> None:
+        self.informer = Informer(Resource(client, WORKLOADS), namespace=namespace,
+                                 name=f"peer-bench/{client.name}/workloads")
+        self.seen: dict[str, dict[str, float]] = {}
+        self.informer.add_handler(self._on)
+        self.task = asyncio.create_task(self.informer.run(),
+                                        name=f"peer-bench/{client.name}/workloads")
+
+    def _on(self, event_type: str, obj: dict[str, Any]) -> None:
+        if event_type not in (ADDED, MODIFIED):
+            return
+        now = time.monotonic()
+        owners = obj["metadata"].get("ownerReferences") or [{}]
+        stages = self.seen.setdefault(owners[0].get("name", obj["metadata"]["name"]), {})
+        stages.setdefault("created", now)
+        for condition in (obj.get("status") or {}).get("conditions") or []:
+            if condition.get("type") in self.STAGES and condition.get("status") == "True":
+                stages.setdefault(condition["type"], now)
+
+    def summary(self, created_at: dict[str, float], remote: dict[str, float]
+                ) -> dict[str, Any]:
+        """p50/p99 of each step: job created -> Workload -> quota reserved -> admitted
+        (a worker reserved it) -> the remote job exists."""
+        from bench.dispatch import percentiles
+
+        steps: dict[str, list[float]] = {"create_to_workload": [],
+                                          "workload_to_quota_reserved": [],
+                                          "quota_reserved_to_admitted": [],
+                                          "admitted_to_remote_job": []}
+        for name, stages in self.seen.items():
+            chain = [created_at.get(name), stages.get("created"),
+                     stages.get("QuotaReserved"), stages.get("Admitted"), remote.get(name)]
+            for key, start, end in zip(steps, chain, chain[1:], strict=False):
+                if start is not None and end is not None:
+                    steps[key].append(end - start)
+        return {k: {"jobs": len(v), **percentiles(v)} for k, v in steps.items()}
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
 def _ssl_context(cluster: LocalCluster) -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=str(cluster.certs.ca_cert))
     context.load_cert_chain(str(cluster.certs.admin_cert), str(cluster.certs.admin_key))
     return context
 
 
-async def api_writes(cluster: LocalCluster) -> dict[str, float]:
-    """Writes served so far by this API server, by resource (`events` included)."""
+async def api_writes(cluster: LocalCluster, *, verbs: frozenset[str] = WRITE_VERBS
+                     ) -> dict[str, float]:
+    """Writes (or `verbs`) served so far by this API server, by resource (`events`
+    included)."""
     async with aiohttp.ClientSession() as session, session.get(
         f"{cluster.url}/metrics", ssl=_ssl_context(cluster)
     ) as response:
@@ -74,7 +131,7 @@ async def api_writes(cluster: LocalCluster) -> dict[str, float]:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if (sample.name == "apiserver_request_total"
-                    and sample.labels.get("verb") in WRITE_VERBS):
+                    and sample.labels.get("verb") in verbs):
                 resource = sample.labels.get("resource", "")
                 if sample.labels.get("subresource"):
                     resource += "/" + sample.labels["subresource"]
