@@ -94,23 +94,39 @@ class WorkloadStages:
                 ) -> dict[str, Any]:
         """p50/p99 of each step: job created -> Workload -> quota reserved -> admitted
         (a worker reserved it) -> the remote job exists."""
-        from bench.dispatch import percentiles
+        return steps(["create", "workload", "quota_reserved", "admitted", "remote_job"],
+                     [created_at, self.first("created"), self.first("QuotaReserved"),
+                      self.first("Admitted"), remote])
 
-        steps: dict[str, list[float]] = {"create_to_workload": [],
-                                          "workload_to_quota_reserved": [],
-                                          "quota_reserved_to_admitted": [],
-                                          "admitted_to_remote_job": []}
-        for name, stages in self.seen.items():
-            chain = [created_at.get(name), stages.get("created"),
-                     stages.get("QuotaReserved"), stages.get("Admitted"), remote.get(name)]
-            for key, start, end in zip(steps, chain, chain[1:], strict=False):
-                if start is not None and end is not None:
-                    steps[key].append(end - start)
-        return {k: {"jobs": len(v), **percentiles(v)} for k, v in steps.items()}
+    def first(self, stage: str) -> dict[str, float]:
+        return {name: stages[stage] for name, stages in self.seen.items() if stage in stages}
+
+    @staticmethod
+    def merged(watches: list[WorkloadStages], stage: str) -> dict[str, float]:
+        """The earliest time of `stage` per job over several clusters."""
+        result: dict[str, float] = {}
+        for watch in watches:
+            for name, at in watch.first(stage).items():
+                result[name] = min(at, result.get(name, at))
+        return result
 
     async def stop(self) -> None:
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
+
+
+def steps(names: list[str], times: list[dict[str, float]]) -> dict[str, Any]:
+    """Latency of each step between consecutive moments of every job (`times[i]`: job
+    name -> moment `names[i]`), for the jobs that have both."""
+    from bench.dispatch import percentiles
+
+    result = {}
+    for index in range(len(names) - 1):
+        start, end = times[index], times[index + 1]
+        values = [end[n] - start[n] for n in start if n in end]
+        result[f"{names[index]}_to_{names[index + 1]}"] = {"jobs": len(values),
+                                                            **percentiles(values)}
+    return result
 
 
 def _ssl_context(cluster: LocalCluster) -> ssl.SSLContext:

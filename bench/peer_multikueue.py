@@ -29,7 +29,14 @@ from typing import Any
 
 from bench.dispatch import RESULTS, CpuMeter, bounded, percentiles, proc_peak_rss_mb
 from bench.peer_env import NAMESPACE, QUEUE, Environment, System, environment
-from bench.peer_measure import READ_VERBS, JobWatch, WorkloadStages, api_writes, difference
+from bench.peer_measure import (
+    READ_VERBS,
+    JobWatch,
+    WorkloadStages,
+    api_writes,
+    difference,
+    steps,
+)
 from bench.peer_systems import SYSTEMS, controllers
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
@@ -70,7 +77,8 @@ async def _worker_reads(env: Environment) -> dict[str, float]:
 
 
 async def burst(env: Environment, watches: dict[str, JobWatch], *, jobs: int,
-                cap_seconds: float, stages: WorkloadStages | None = None) -> dict[str, Any]:
+                cap_seconds: float, stages: WorkloadStages | None = None,
+                worker_stages: list[WorkloadStages] | None = None) -> dict[str, Any]:
     created_at: dict[str, float] = {}
     jobs_api = Resource(env.clients["manager"], TRAINJOBS)
 
@@ -99,6 +107,12 @@ async def burst(env: Environment, watches: dict[str, JobWatch], *, jobs: int,
     seconds = last if len(running) == jobs else window
     result: dict[str, Any] = {} if stages is None else {
         "manager_workload_steps": stages.summary(created_at, remote)}
+    if worker_stages:
+        result["worker_steps"] = steps(
+            ["create", "remote_copy", "worker_workload", "worker_quota_reserved",
+             "remote_running"],
+            [created_at, remote, WorkloadStages.merged(worker_stages, "created"),
+             WorkloadStages.merged(worker_stages, "QuotaReserved"), running])
     return {
         **result,
         "jobs_created": len(created_at), "create_seconds": round(created_seconds, 2),
@@ -170,7 +184,10 @@ async def run_system(system: System, *, jobs: int, workers: int, cap_seconds: fl
         manager_watch = JobWatch(env.clients["manager"], NAMESPACE)
         stages = (WorkloadStages(env.clients["manager"], NAMESPACE)
                   if system.kind == "multikueue" else None)
-        everyone: list[JobWatch | WorkloadStages] = [*watches.values(), manager_watch]
+        worker_stages = ([WorkloadStages(env.clients[w], NAMESPACE) for w in env.workers]
+                         if system.worker_kueue is not None else [])
+        everyone: list[JobWatch | WorkloadStages] = [*watches.values(), manager_watch,
+                                                     *worker_stages]
         everyone += [stages] if stages is not None else []
         await asyncio.gather(*(w.informer.synced.wait() for w in everyone))
         cpu = CpuMeter({**plane_pids(env), **pids})
@@ -178,7 +195,8 @@ async def run_system(system: System, *, jobs: int, workers: int, cap_seconds: fl
         cpu.start()
         cap = (max(cap_seconds, DISPATCHER_MIN_CAP_SECONDS) if system.kind == "dispatcher"
                else cap_seconds)
-        placed = await burst(env, watches, jobs=jobs, cap_seconds=cap, stages=stages)
+        placed = await burst(env, watches, jobs=jobs, cap_seconds=cap, stages=stages,
+                             worker_stages=worker_stages)
         cpu_used = cpu.stop()
         await asyncio.sleep(SETTLE_SECONDS)
         writes = write_summary(env, before, await _writes(env), jobs,

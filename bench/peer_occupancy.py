@@ -42,6 +42,8 @@ class Occupancy:
         """Job -> workers where it runs now (as last seen)."""
         self.started: dict[tuple[str, str], float] = {}
         """(job, worker) -> when that copy last started running."""
+        self.first_seen: dict[str, float] = {}
+        """Job -> when a remote copy was first seen at all (running or not)."""
         self.first_running: dict[str, float] = {}
         self.twice: dict[str, float] = {}
         """Job -> when it was first seen running on two workers at once."""
@@ -67,6 +69,7 @@ class Occupancy:
 
     def _handler(self, worker: str) -> Any:
         def on(event_type: str, job: dict[str, Any]) -> None:
+            self.first_seen.setdefault(job["metadata"]["name"], time.monotonic())
             self._update(worker, job["metadata"]["name"], is_running(event_type, job))
         return on
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from bench.dispatch import bounded, percentiles
 from bench.peer_env import NAMESPACE, QUEUE, Environment, System, environment
+from bench.peer_measure import WorkloadStages, steps
 from bench.peer_occupancy import Occupancy
 from bench.peer_systems import controllers
 from dispatcher.api import constants as c
@@ -211,6 +212,8 @@ async def steady(system: System, *, workers: int, sizes: ScenarioSizes) -> dict[
     count = int(sizes.steady_rate * sizes.steady_seconds)
     async with running_system(system, workers=workers, log_name=f"{system.name}-steady"
                               ) as (env, occupancy):
+        stages = [WorkloadStages(env.clients[w], NAMESPACE) for w in env.workers]
+        await asyncio.gather(*(s.informer.synced.wait() for s in stages))
         creator = Creator(env)
         names = [f"steady-{i:05d}" for i in range(count)]
         tasks = []
@@ -224,7 +227,16 @@ async def steady(system: System, *, workers: int, sizes: ScenarioSizes) -> dict[
                      time.monotonic() + sizes.steady_tail_seconds)
         latencies = [occupancy.first_running[n] - creator.created_at[n] for n in names
                      if n in occupancy.first_running and n in creator.created_at]
+        worker_steps = steps(
+            ["create", "remote_copy", "worker_workload", "worker_quota_reserved",
+             "remote_running"],
+            [creator.created_at, occupancy.first_seen,
+             WorkloadStages.merged(stages, "created"),
+             WorkloadStages.merged(stages, "QuotaReserved"), occupancy.first_running])
+        for watch in stages:
+            await watch.stop()
         return {
+            "steps": worker_steps,
             "rate_per_second": sizes.steady_rate, "jobs": count,
             "create_seconds": round(created_seconds, 1),
             "tail_seconds": sizes.steady_tail_seconds, "ran": len(latencies),
