@@ -28,9 +28,10 @@ QUICK_JOBS = 200
 QUICK_WORKERS = 2
 QUICK_CAP_SECONDS = 120.0
 STATUS_SAMPLE = 100
-QUICK_SYSTEMS = ("dispatcher-fair", "multikueue-default", "dispatcher", "multikueue-qps",
+QUICK_SYSTEMS = ("dispatcher-fair", "multikueue-default", "dispatcher",
                  "multikueue-tuned-remote-qps")
-"""`--quick` leaves out the settings that lose to these (tuned, tuned-incremental)."""
+"""`--quick` runs MultiKueue at its defaults and at its best here; the settings between
+(qps, tuned, tuned-incremental, qps-remote-qps) only in full runs or with --systems."""
 SCENARIO_SYSTEMS = ("dispatcher-fair", "multikueue-tuned-remote-qps")
 """The fair mode and MultiKueue at its best tuning."""
 

@@ -121,10 +121,20 @@ async def _until(predicate: Any, deadline: float) -> bool:
     return True
 
 
+def _quota(jobs: int) -> dict[str, str]:
+    return {"cpu": str(jobs * JOB_CPU), "memory": f"{jobs * JOB_MEMORY_GI}Gi"}
+
+
 async def frozen(system: System, *, workers: int, sizes: ScenarioSizes) -> dict[str, Any]:
     jobs = sizes.frozen_jobs_per_worker * workers
+    # Room for twice a worker's share: the jobs spread over every worker (with room for
+    # all of them the dispatcher's MostFree ties put them on one), and the frozen
+    # worker's jobs fit on the others.
+    per_worker = 2 * sizes.frozen_jobs_per_worker
     async with running_system(system, workers=workers, log_name=f"{system.name}-frozen",
-                              lost_timeout_seconds=sizes.lost_timeout_seconds
+                              lost_timeout_seconds=sizes.lost_timeout_seconds,
+                              quota=_quota(per_worker),
+                              manager_quota=_quota(per_worker * workers)
                               ) as (env, occupancy):
         creator = Creator(env)
         started = time.monotonic()
@@ -158,6 +168,7 @@ async def frozen(system: System, *, workers: int, sizes: ScenarioSizes) -> dict[
         return {
             "jobs": jobs, "all_running_before_freeze": placed,
             "lost_timeout_seconds": sizes.lost_timeout_seconds,
+            "quota_jobs_per_worker": per_worker,
             "frozen_worker": victim, "jobs_on_frozen_worker": len(moving),
             "frozen_seconds": round(thawed_at - frozen_at, 1),
             "moved": len(moved_after),
@@ -180,9 +191,8 @@ def _seconds(values: list[float]) -> dict[str, float]:
 async def oversubscribed(system: System, *, workers: int, sizes: ScenarioSizes
                          ) -> dict[str, Any]:
     q = sizes.quota_cpu_per_worker
-    quota = {"cpu": str(q), "memory": f"{q * JOB_MEMORY_GI}Gi"}
-    manager_quota = {"cpu": str(q * workers), "memory": f"{q * workers * JOB_MEMORY_GI}Gi"}
     allowed_per_worker = q // JOB_CPU
+    quota, manager_quota = _quota(allowed_per_worker), _quota(allowed_per_worker * workers)
     allowed = allowed_per_worker * workers
     jobs = 3 * allowed
     async with running_system(system, workers=workers, log_name=f"{system.name}-oversub",
