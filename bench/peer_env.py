@@ -62,6 +62,8 @@ class System:
     worker_kueue: KueueSettings | None = None
     manager_kueue: KueueSettings | None = None
     multikueue: MultiKueueSettings = field(default_factory=MultiKueueSettings)
+    dispatcher: dict[str, Any] = field(default_factory=dict)
+    """Dispatcher settings beside its defaults (merged into its config file)."""
 
     def describe(self) -> dict[str, Any]:
         def kueue(settings: KueueSettings | None) -> Any:
@@ -70,6 +72,8 @@ class System:
             return {"qps": settings.qps, "burst": settings.burst,
                     "concurrency": settings.concurrency or "Kueue's defaults"}
         described: dict[str, Any] = {"kind": self.kind, "worker_kueue": kueue(self.worker_kueue)}
+        if self.kind == "dispatcher":
+            described["dispatcher"] = self.dispatcher or "defaults (client QPS raised)"
         if self.kind == "multikueue":
             described["manager_kueue"] = kueue(self.manager_kueue)
             described["multikueue_dispatcher"] = self.multikueue.dispatcher_name
@@ -91,6 +95,8 @@ class Environment:
     manager_quota: dict[str, str] = field(default_factory=lambda: dict(QUOTA))
     """MultiKueue's ClusterQueue on the manager."""
     lost_timeout_seconds: float = DEFAULT_LOST_TIMEOUT_SECONDS
+    dispatcher_port: int | None = None
+    """Where the dispatcher serves /metrics, once bench/peer_systems.py runs it."""
 
 
 async def _prepare_cluster(client: ClusterClient, runtime: dict[str, Any]) -> None:

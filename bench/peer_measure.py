@@ -155,5 +155,24 @@ async def api_writes(cluster: LocalCluster, *, verbs: frozenset[str] = WRITE_VER
     return writes
 
 
+async def dispatcher_api_latency(port: int) -> dict[str, dict[str, float]]:
+    """The dispatcher's own API calls so far: count and mean latency (ms) per cluster and
+    verb, from its `dispatcher_api_request_duration_seconds`."""
+    async with aiohttp.ClientSession() as session, session.get(
+            f"http://127.0.0.1:{port}/metrics") as response:
+        text = await response.text()
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = f"{sample.labels.get('cluster')}/{sample.labels.get('verb')}"
+            if sample.name == "dispatcher_api_request_duration_seconds_sum":
+                sums[key] = sample.value
+            elif sample.name == "dispatcher_api_request_duration_seconds_count":
+                counts[key] = sample.value
+    return {key: {"count": counts[key], "mean_ms": round(sums[key] / counts[key] * 1000, 1)}
+            for key in sorted(counts) if counts[key]}
+
+
 def difference(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
     return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}

@@ -35,6 +35,7 @@ from bench.peer_measure import (
     WorkloadStages,
     api_writes,
     difference,
+    dispatcher_api_latency,
     steps,
 )
 from bench.peer_systems import SYSTEMS, controllers
@@ -197,6 +198,9 @@ async def run_system(system: System, *, jobs: int, workers: int, cap_seconds: fl
                else cap_seconds)
         placed = await burst(env, watches, jobs=jobs, cap_seconds=cap, stages=stages,
                              worker_stages=worker_stages)
+        if env.dispatcher_port is not None:  # where the dispatcher's own calls wait
+            placed["dispatcher_api_latency"] = await dispatcher_api_latency(
+                env.dispatcher_port)
         cpu_used = cpu.stop()
         await asyncio.sleep(SETTLE_SECONDS)
         writes = write_summary(env, before, await _writes(env), jobs,

@@ -214,7 +214,8 @@ async def oversubscribed(system: System, *, workers: int, sizes: ScenarioSizes
             "workers_above_quota": {w: n for w, n in occupancy.max_per_worker.items()
                                     if n > allowed_per_worker},
             "ran_twice_at_once": len(occupancy.twice),
-            "timeline": [(round(t - started, 2), n) for t, n in occupancy.timeline],
+            "timeline": [*((round(t - started, 2), n) for t, n in occupancy.timeline),
+                         (round(time.monotonic() - started, 2), occupancy.total)],
         }
 
 

@@ -71,6 +71,7 @@ def dispatcher_config(env: Environment, port: int) -> dict[str, Any]:
     fair = env.system.worker_kueue is not None
     queues = {"localQueue": QUEUE, "clusterQueue": QUEUE} if fair else {}
     return {
+        **env.system.dispatcher,
         "managerKubeconfig": str(env.plane.clusters["manager"].kubeconfig_path),
         "claim": {"namespaces": [NAMESPACE]}, "mirror": {"origin": "bench"},
         "server": {"host": "127.0.0.1", "port": port},
@@ -127,6 +128,7 @@ async def _dispatcher(env: Environment, log_name: str) -> AsyncIterator[int]:
             argv, stdout=log, stderr=log)
         try:
             await wait_ready(port, process, timeout=READY_TIMEOUT_SECONDS)
+            env.dispatcher_port = port
             yield process.pid
         finally:
             if profiling:
