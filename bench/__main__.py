@@ -6,12 +6,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 
 from bench.dispatch import benchmark
 from bench.report import write_reports
 
 
 def main() -> None:
+    if any(a == "--peer" or a.startswith("--peer=") for a in sys.argv[1:]):
+        from bench.peer_main import main as peer_main  # its own options: see --peer --help
+        peer_main(sys.argv[1:])
+        return
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=3)
@@ -22,17 +27,9 @@ def main() -> None:
     parser.add_argument("--steady-jobs", type=int, default=500)
     parser.add_argument("--quick", action="store_true", help="300 jobs: about two minutes")
     parser.add_argument("--peer", choices=["multikueue"],
-                        help="compare with a peer system instead (--quick: 200 jobs, 2 workers, "
-                             "the peer capped at 2 minutes)")
-    parser.add_argument("--peer-minutes", type=float, default=10.0,
-                        help="time cap of each peer run")
-    parser.add_argument("--systems", default="",
-                        help="comma-separated subset of the peer benchmark's systems")
+                        help="compare with a peer system instead, with its own options "
+                             "(python -m bench --peer multikueue --help)")
     args = parser.parse_args()
-    if args.peer:
-        from bench.peer_main import run_peer
-        run_peer(args)
-        return
     jobs = 300 if args.quick else args.jobs
     result = asyncio.run(benchmark(jobs=jobs, workers=args.workers,
                                    concurrency=args.concurrency,

@@ -6,14 +6,17 @@ on the manager with a MultiKueue AdmissionCheck, Kueue on every worker) with giv
 settings. `environment(system, workers=K)` starts a new local control plane (a manager
 and K workers, each with the garbage collector), installs the runtime and the `bench`
 namespace, the queues (one ClusterQueue with room for every job, the same names on every
-cluster) and warms each API server up, and yields an `Environment` with admin clients;
-everything is stopped when the block ends. Starting the system's controllers is the
-caller's (bench/peer_systems.py).
+cluster; or `quota` per worker, the manager's MultiKueue queue getting their sum) and
+warms each API server up, and yields an `Environment` with admin clients; everything is
+stopped when the block ends. `lost_timeout_seconds` is given to both systems (the
+dispatcher's `workers.lostTimeoutSeconds`, MultiKueue's `workerLostTimeout`). Starting
+the system's controllers is the caller's (bench/peer_systems.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -37,13 +40,17 @@ CHECK = "bench-multikueue"
 QUOTA = {"cpu": "1000000", "memory": "100000Ti"}
 """Room for every job: the benchmark measures placement, not queueing for quota."""
 HARNESS_CLIENT = ClientSettings(qps=5000, burst=5000, timeout_seconds=30, pool_size=32)
+DEFAULT_LOST_TIMEOUT_SECONDS = 900.0
+"""Both systems' default: the dispatcher's lostTimeoutSeconds, MultiKueue's 15m."""
 
 KUEUE_DEFAULTS = KueueSettings()
+KUEUE_QPS = KueueSettings(qps=500, burst=1000)
+"""Kueue's own performance setup raises clientConnection to 500/1000."""
 KUEUE_TUNED = KueueSettings(
     qps=500, burst=1000,
     concurrency={"Workload.kueue.x-k8s.io": 20, "TrainJob.trainer.kubeflow.org": 20})
-"""Kueue's own performance setup raises clientConnection to 500/1000; the Workload and
-TrainJob reconcilers get 20 workers instead of the default few."""
+"""The same, and the Workload and TrainJob reconcilers get 20 workers instead of
+controller-runtime's default of one each."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,8 @@ class System:
     worker_kueue: KueueSettings | None = None
     manager_kueue: KueueSettings | None = None
     multikueue: MultiKueueSettings = field(default_factory=MultiKueueSettings)
+    dispatcher: dict[str, Any] = field(default_factory=dict)
+    """Dispatcher settings beside its defaults (merged into its config file)."""
 
     def describe(self) -> dict[str, Any]:
         def kueue(settings: KueueSettings | None) -> Any:
@@ -63,9 +72,15 @@ class System:
             return {"qps": settings.qps, "burst": settings.burst,
                     "concurrency": settings.concurrency or "Kueue's defaults"}
         described: dict[str, Any] = {"kind": self.kind, "worker_kueue": kueue(self.worker_kueue)}
+        if self.kind == "dispatcher":
+            described["dispatcher"] = self.dispatcher or "defaults (client QPS raised)"
         if self.kind == "multikueue":
             described["manager_kueue"] = kueue(self.manager_kueue)
             described["multikueue_dispatcher"] = self.multikueue.dispatcher_name
+            described["multikueue_remote_client"] = (
+                "client-go's 5 QPS / 10 burst" if self.multikueue.remote_qps is None else
+                f"{self.multikueue.remote_qps:g} QPS / {self.multikueue.remote_burst} burst "
+                "(rebuilt kueue-remote-qps)")
         return described
 
 
@@ -75,6 +90,13 @@ class Environment:
     clients: dict[str, ClusterClient]
     workers: list[str]
     system: System
+    quota: dict[str, str] = field(default_factory=lambda: dict(QUOTA))
+    """Each worker's ClusterQueue (and the dispatcher's declared quota per worker)."""
+    manager_quota: dict[str, str] = field(default_factory=lambda: dict(QUOTA))
+    """MultiKueue's ClusterQueue on the manager."""
+    lost_timeout_seconds: float = DEFAULT_LOST_TIMEOUT_SECONDS
+    dispatcher_port: int | None = None
+    """Where the dispatcher serves /metrics, once bench/peer_systems.py runs it."""
 
 
 async def _prepare_cluster(client: ClusterClient, runtime: dict[str, Any]) -> None:
@@ -93,9 +115,12 @@ async def _start_kueue(env: Environment) -> None:
         starts += [env.plane.clusters[w].start_kueue(system.worker_kueue) for w in env.workers]
     if system.kind == "multikueue":
         manager = system.manager_kueue or KUEUE_DEFAULTS
+        multikueue = system.multikueue
+        if env.lost_timeout_seconds != DEFAULT_LOST_TIMEOUT_SECONDS:
+            multikueue = dataclasses.replace(
+                multikueue, worker_lost_timeout=f"{env.lost_timeout_seconds:g}s")
         settings = KueueSettings(qps=manager.qps, burst=manager.burst,
-                                 concurrency=manager.concurrency,
-                                 multikueue=system.multikueue)
+                                 concurrency=manager.concurrency, multikueue=multikueue)
         starts.append(env.plane.clusters["manager"].start_kueue(settings))
     await asyncio.gather(*starts)
 
@@ -104,18 +129,21 @@ async def _setup_queues(env: Environment) -> None:
     if env.system.worker_kueue is not None:
         for worker in env.workers:
             await setup_queues(env.clients[worker], cluster_queue_name=QUEUE,
-                               local_queue_name=QUEUE, namespaces=[NAMESPACE], quota=QUOTA)
+                               local_queue_name=QUEUE, namespaces=[NAMESPACE], quota=env.quota)
     if env.system.kind == "multikueue":
         await setup_multikueue(
             env.clients["manager"], config_name=CHECK, check_name=CHECK,
             workers={w: env.plane.clusters[w].kubeconfig() for w in env.workers})
         await setup_queues(env.clients["manager"], cluster_queue_name=QUEUE,
-                           local_queue_name=QUEUE, namespaces=[NAMESPACE], quota=QUOTA,
-                           admission_check=CHECK)
+                           local_queue_name=QUEUE, namespaces=[NAMESPACE],
+                           quota=env.manager_quota, admission_check=CHECK)
 
 
 @asynccontextmanager
-async def environment(system: System, *, workers: int) -> AsyncIterator[Environment]:
+async def environment(system: System, *, workers: int, quota: dict[str, str] | None = None,
+                      manager_quota: dict[str, str] | None = None,
+                      lost_timeout_seconds: float = DEFAULT_LOST_TIMEOUT_SECONDS
+                      ) -> AsyncIterator[Environment]:
     names = [f"worker-{i}" for i in range(workers)]
     clusters = ["manager", *names]
     async with LocalControlPlane() as plane:
@@ -123,7 +151,10 @@ async def environment(system: System, *, workers: int) -> AsyncIterator[Environm
         clients = {n: await ClusterClient.from_kubeconfig(
             name=n, kubeconfig=plane.clusters[n].kubeconfig(), settings=HARNESS_CLIENT)
             for n in clusters}
-        env = Environment(plane=plane, clients=clients, workers=names, system=system)
+        env = Environment(plane=plane, clients=clients, workers=names, system=system,
+                          quota=dict(quota or QUOTA),
+                          manager_quota=dict(manager_quota or quota or QUOTA),
+                          lost_timeout_seconds=lost_timeout_seconds)
         try:
             runtime = yaml.safe_load(
                 (ROOT / "config/samples/clustertrainingruntime-torch.yaml").read_text())

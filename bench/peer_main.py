@@ -1,4 +1,16 @@
-"""`python -m bench --peer multikueue`: argument handling for bench/peer_multikueue.py."""
+"""`python -m bench --peer multikueue`: the peer benchmark's command line.
+
+    python -m bench --peer multikueue --quick
+    python -m bench --peer multikueue --workers 3,10 --jobs 1000,5000 --peer-minutes 10 \\
+        --scenarios burst,frozen,oversubscribed,steady
+
+For every worker count: the burst (bench/peer_multikueue.py) for every job count, every
+system in turn, then the behaviour scenarios (bench/peer_scenarios.py) for the scenario
+systems. `--quick`: 200 jobs, 2 workers, the peer capped at 2 minutes, the scenarios at
+their quick sizes, and fewer MultiKueue settings (defaults, the best one).
+Writes `bench/results/peer-multikueue-<N>-<K>w.{json,md,png}` per burst and
+`bench/results/peer-scenarios-<K>w.{json,md,png}` per worker count.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +19,75 @@ import asyncio
 import json
 
 from bench.peer_multikueue import peer_benchmark, write_peer_reports
+from bench.peer_scenarios import QUICK_SIZES, SCENARIOS, ScenarioSizes, run_scenarios
 from bench.peer_systems import SYSTEMS
+from dispatcher.localcluster.binaries import ensure_kueue
+from dispatcher.localcluster.kueue import ensure_remote_qps_binary
 
 QUICK_JOBS = 200
 QUICK_WORKERS = 2
 QUICK_CAP_SECONDS = 120.0
 STATUS_SAMPLE = 100
+QUICK_SYSTEMS = ("dispatcher-fair", "multikueue-default", "dispatcher",
+                 "multikueue-tuned-remote-qps")
+"""`--quick` runs MultiKueue at its defaults and at its best here; the settings between
+(qps, tuned, tuned-incremental, qps-remote-qps) only in full runs or with --systems."""
+SCENARIO_SYSTEMS = ("dispatcher-fair", "multikueue-tuned-remote-qps")
+"""The fair mode and MultiKueue at its best tuning."""
 
 
-def run_peer(args: argparse.Namespace) -> None:
-    jobs = QUICK_JOBS if args.quick else args.jobs
-    workers = QUICK_WORKERS if args.quick else args.workers
-    cap = QUICK_CAP_SECONDS if args.quick else args.peer_minutes * 60
-    systems = [s for s in args.systems.split(",") if s] or list(SYSTEMS)
-    unknown = sorted(set(systems) - set(SYSTEMS))
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench --peer multikueue",
+                                description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--peer", choices=["multikueue"], required=True)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--jobs", default="1000,5000", help="job counts of the burst")
+    p.add_argument("--workers", default="3,10", help="worker counts")
+    p.add_argument("--peer-minutes", type=float, default=10.0,
+                   help="time cap of each MultiKueue burst")
+    p.add_argument("--systems", default="", help="systems of the burst (default: all)")
+    p.add_argument("--scenarios", default=",".join(("burst", *SCENARIOS)),
+                   help="burst and/or " + ", ".join(SCENARIOS))
+    p.add_argument("--scenario-systems", default=",".join(SCENARIO_SYSTEMS))
+    return p
+
+
+def _names(text: str, known: list[str] | tuple[str, ...], what: str) -> list[str]:
+    names = [n for n in text.split(",") if n]
+    unknown = sorted(set(names) - set(known))
     if unknown:
-        raise SystemExit(f"unknown systems {unknown}; known: {sorted(SYSTEMS)}")
-    result = asyncio.run(peer_benchmark(jobs=jobs, workers=workers, cap_seconds=cap,
-                                        status_sample=min(STATUS_SAMPLE, jobs),
-                                        systems=systems))
-    print(write_peer_reports(result))
-    print(json.dumps({n: s["burst"] for n, s in result["systems"].items()}, indent=2))
+        raise SystemExit(f"unknown {what} {unknown}; known: {sorted(known)}")
+    return names
+
+
+def main(argv: list[str]) -> None:
+    args = parser().parse_args(argv)
+    jobs = [QUICK_JOBS] if args.quick else [int(n) for n in args.jobs.split(",") if n]
+    workers = ([QUICK_WORKERS] if args.quick
+               else [int(n) for n in args.workers.split(",") if n])
+    cap = QUICK_CAP_SECONDS if args.quick else args.peer_minutes * 60
+    scenarios = _names(args.scenarios, ("burst", *SCENARIOS), "scenarios")
+    systems = (_names(args.systems, list(SYSTEMS), "systems")
+               or list(QUICK_SYSTEMS if args.quick else SYSTEMS))
+    scenario_systems = _names(args.scenario_systems, list(SYSTEMS), "systems")
+    sizes = QUICK_SIZES if args.quick else ScenarioSizes()
+    used = (systems if "burst" in scenarios else []) + scenario_systems
+    if any(SYSTEMS[n].multikueue.remote_qps is not None for n in used):
+        ensure_remote_qps_binary(ensure_kueue())  # before any cluster starts: minutes
+    for count in workers:
+        for n in jobs if "burst" in scenarios else []:
+            result = asyncio.run(peer_benchmark(
+                jobs=n, workers=count, cap_seconds=cap,
+                status_sample=min(STATUS_SAMPLE, n), systems=systems))
+            print(write_peer_reports(result))
+            print(json.dumps({s: {k: v for k, v in r["burst"].items() if k != "latencies"}
+                              for s, r in result["systems"].items()}, indent=2))
+        behaviour = [s for s in scenarios if s != "burst"]
+        if behaviour:
+            from bench.peer_report import write_scenario_reports
+
+            results = asyncio.run(run_scenarios(
+                {n: SYSTEMS[n] for n in scenario_systems}, workers=count,
+                scenarios=behaviour, sizes=sizes))
+            print(write_scenario_reports(results, workers=count, sizes=sizes))

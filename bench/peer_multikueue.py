@@ -14,7 +14,10 @@ with the same N TrainJobs (queue-name label, `managedBy: kueue.x-k8s.io/multikue
    apart; CPU seconds of every process over the burst; peak RSS of the controllers.
 3. Status sync: for a sample of the running remote jobs, their status is patched on the
    worker as a trainer would, a few a second, each timed until the manager's job shows it.
-Writes `bench/results/peer-multikueue-<N>.json` and `.md`.
+4. Worker GETs per job, from the workers' request counters: MultiKueue's remote clients
+   read without a cache, so these show how its rate-limited requests are spent.
+Writes `bench/results/peer-multikueue-<N>-<K>w.json`, `.md` and `.png`; every Kueue log
+and the dispatcher's to `bench/results/peer-<system>-<N>-<K>w-*.log`.
 """
 
 from __future__ import annotations
@@ -24,9 +27,16 @@ import json
 import time
 from typing import Any
 
-from bench.harness import RESULTS, CpuMeter, bounded, percentiles, proc_peak_rss_mb
+from bench.harness import RESULTS, CpuMeter, JobWatch, bounded, percentiles, proc_peak_rss_mb
 from bench.peer_env import NAMESPACE, QUEUE, Environment, System, environment
-from bench.peer_measure import JobWatch, api_writes, difference
+from bench.peer_measure import (
+    READ_VERBS,
+    WorkloadStages,
+    api_writes,
+    difference,
+    dispatcher_api_latency,
+    steps,
+)
 from bench.peer_systems import SYSTEMS, controllers
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
@@ -56,8 +66,19 @@ async def _writes(env: Environment) -> dict[str, dict[str, float]]:
     return {n: await api_writes(cl) for n, cl in env.plane.clusters.items()}
 
 
+async def _worker_reads(env: Environment) -> dict[str, float]:
+    """GETs served by all the workers together, by resource."""
+    total: dict[str, float] = {}
+    for worker in env.workers:
+        for resource, count in (await api_writes(env.plane.clusters[worker],
+                                                 verbs=READ_VERBS)).items():
+            total[resource] = total.get(resource, 0.0) + count
+    return total
+
+
 async def burst(env: Environment, watches: dict[str, JobWatch], *, jobs: int,
-                cap_seconds: float) -> dict[str, Any]:
+                cap_seconds: float, stages: WorkloadStages | None = None,
+                worker_stages: list[WorkloadStages] | None = None) -> dict[str, Any]:
     created_at: dict[str, float] = {}
     jobs_api = Resource(env.clients["manager"], TRAINJOBS)
 
@@ -84,7 +105,16 @@ async def burst(env: Environment, watches: dict[str, JobWatch], *, jobs: int,
     remote, running = first("added"), first("running")
     last = max(running.values(), default=started) - started
     seconds = last if len(running) == jobs else window
+    result: dict[str, Any] = {} if stages is None else {
+        "manager_workload_steps": stages.summary(created_at, remote)}
+    if worker_stages:
+        result["worker_steps"] = steps(
+            ["create", "remote_copy", "worker_workload", "worker_quota_reserved",
+             "remote_running"],
+            [created_at, remote, WorkloadStages.merged(worker_stages, "created"),
+             WorkloadStages.merged(worker_stages, "QuotaReserved"), running])
     return {
+        **result,
         "jobs_created": len(created_at), "create_seconds": round(created_seconds, 2),
         "window_seconds": round(window, 1), "capped": len(running) < jobs,
         "remote_created": len(remote), "remote_running": len(running),
@@ -94,6 +124,8 @@ async def burst(env: Environment, watches: dict[str, JobWatch], *, jobs: int,
         "create_to_remote_running": percentiles(
             [running[n] - created_at[n] for n in running if n in created_at]),
         "where": {n: w for w, watch in watches.items() for n in watch.running},
+        "latencies": sorted(round(running[n] - created_at[n], 4) for n in running
+                            if n in created_at),
     }
 
 
@@ -146,21 +178,36 @@ def write_summary(env: Environment, before: dict[str, dict[str, float]],
 
 async def run_system(system: System, *, jobs: int, workers: int, cap_seconds: float,
                      status_sample: int) -> dict[str, Any]:
-    async with environment(system, workers=workers) as env, controllers(env) as pids:
-        watches = {w: JobWatch(env.clients[w], NAMESPACE) for w in env.workers}
-        manager_watch = JobWatch(env.clients["manager"], NAMESPACE)
-        everyone = [*watches.values(), manager_watch]
+    async with environment(system, workers=workers) as env, \
+            controllers(env, log_name=f"{system.name}-{jobs}-{workers}w") as pids:
+        watches = {w: JobWatch(env.clients[w], NAMESPACE, label="peer-bench") for w in env.workers}
+        manager_watch = JobWatch(env.clients["manager"], NAMESPACE, label="peer-bench")
+        stages = (WorkloadStages(env.clients["manager"], NAMESPACE)
+                  if system.kind == "multikueue" else None)
+        worker_stages = ([WorkloadStages(env.clients[w], NAMESPACE) for w in env.workers]
+                         if system.worker_kueue is not None else [])
+        everyone: list[JobWatch | WorkloadStages] = [*watches.values(), manager_watch,
+                                                     *worker_stages]
+        everyone += [stages] if stages is not None else []
         await asyncio.gather(*(w.informer.synced.wait() for w in everyone))
         cpu = CpuMeter({**plane_pids(env), **pids})
-        before = await _writes(env)
+        before, reads_before = await _writes(env), await _worker_reads(env)
         cpu.start()
         cap = (max(cap_seconds, DISPATCHER_MIN_CAP_SECONDS) if system.kind == "dispatcher"
                else cap_seconds)
-        placed = await burst(env, watches, jobs=jobs, cap_seconds=cap)
+        placed = await burst(env, watches, jobs=jobs, cap_seconds=cap, stages=stages,
+                             worker_stages=worker_stages)
+        if env.dispatcher_port is not None:  # where the dispatcher's own calls wait
+            placed["dispatcher_api_latency"] = await dispatcher_api_latency(
+                env.dispatcher_port)
         cpu_used = cpu.stop()
         await asyncio.sleep(SETTLE_SECONDS)
         writes = write_summary(env, before, await _writes(env), jobs,
                                placed["remote_running"])
+        reads = difference(await _worker_reads(env), reads_before)
+        writes["worker_gets"] = {
+            "per_job": round(sum(reads.values()) / max(placed["remote_running"], 1), 2),
+            "by_resource": reads}
         where = placed.pop("where")
         status = await status_sync(env, manager_watch, where, sample=status_sample)
         rss = {n: round(proc_peak_rss_mb(p), 1) for n, p in pids.items()}
@@ -180,7 +227,8 @@ async def peer_benchmark(*, jobs: int, workers: int, cap_seconds: float, status_
         print(f"peer benchmark: {name} ...", flush=True)
         results[name] = await run_system(SYSTEMS[name], jobs=jobs, workers=workers,
                                          cap_seconds=cap_seconds, status_sample=status_sample)
-        print(json.dumps(results[name]["burst"]), flush=True)
+        print(json.dumps({k: v for k, v in results[name]["burst"].items()
+                          if k != "latencies"}), flush=True)
     return {"jobs": jobs, "workers": workers, "peer_cap_seconds": cap_seconds,
             "systems": results}
 
@@ -193,4 +241,7 @@ def write_peer_reports(result: dict[str, Any]) -> str:
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     text = markdown(result)
     stem.with_suffix(".md").write_text(text)
+    from bench.peer_plot import plot_burst
+
+    plot_burst(result, stem.with_suffix(".png"))
     return text

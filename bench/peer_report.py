@@ -1,8 +1,16 @@
-"""The peer benchmark's markdown: one column per system, ratios against the fair mode."""
+"""The peer benchmark's markdown: one column per system, ratios against the fair mode.
+
+`markdown(result)` is a burst's table; `write_scenario_reports(results, ...)` writes the
+behaviour scenarios' JSON, markdown (with their targets: nothing runs twice at once in
+the worker-lost run, quota never exceeded) and PNG.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from bench.harness import RESULTS
 
 HEADLINE = "dispatcher-fair"
 
@@ -43,6 +51,8 @@ def _rows(systems: dict[str, Any]) -> list[str]:
     row("API writes per job, workers (+ events)",
         lambda s: f"{s['api_writes']['workers']['writes_per_job']} "
         f"(+ {s['api_writes']['workers']['events_per_job']})")
+    row("GETs per job served by the workers",
+        lambda s: s["api_writes"].get("worker_gets", {}).get("per_job", "-"))
     row("CPU ms per job, all processes", lambda s: s["cpu_ms_per_job"]["total"])
     row("CPU ms per job, controllers", lambda s: round(sum(
         v for k, v in s["cpu_ms_per_job"].items() if k.startswith(("kueue/", "dispatcher"))), 2))
@@ -107,3 +117,110 @@ def markdown(result: dict[str, Any]) -> str:
         *_rows(systems), "", *_ratios(systems), "", *_settings(systems), "", *_cpu(systems),
     ]
     return "\n".join(parts) + "\n"
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
+    return "-" if value is None else str(value)
+
+
+def _scenario_table(title: str, systems: dict[str, Any], rows: list[tuple[str, Any]]
+                    ) -> list[str]:
+    names = list(systems)
+    lines = [f"## {title}", "", "| measure | " + " | ".join(names) + " |",
+             "| --- |" + " --- |" * len(names)]
+    for label, cell in rows:
+        lines.append(f"| {label} | " + " | ".join(_cell(cell(systems[n])) for n in names)
+                     + " |")
+    return lines
+
+
+def _frozen(systems: dict[str, Any]) -> list[str]:
+    lines = _scenario_table("A worker's API server frozen past the lost timeout", systems, [
+        ("jobs (all running before the freeze)",
+         lambda r: f"{r['jobs']} ({r['all_running_before_freeze']})"),
+        ("lost timeout s", lambda r: r["lost_timeout_seconds"]),
+        ("jobs on the frozen worker / moved", lambda r: f"{r['jobs_on_frozen_worker']}/"
+                                                        f"{r['moved']}"),
+        ("freeze -> running elsewhere p50/max s", lambda r: "/".join(
+            str(v) for v in r["freeze_to_running_elsewhere"].values()) or "-"),
+        ("frozen for s", lambda r: r["frozen_seconds"]),
+        ("jobs ever on two workers at once (frozen copies counted as running)",
+         lambda r: r["ran_twice_at_once"]),
+        ("... of them still on two workers at or after the thaw",
+         lambda r: r["ran_twice_at_once_after_thaw"]),
+        ("thaw -> no job on two workers s",
+         lambda r: f"{r['thaw_to_no_job_on_two_workers_seconds']}"
+                   + ("" if r["stale_copies_gone"] else
+                      f" (timed out, {r['still_on_two_workers']} left)")),
+    ])
+    verdicts = [f"- `{n}`: " + ("nothing ran twice at once" if not r["ran_twice_at_once"]
+                                else f"{r['ran_twice_at_once']} jobs ran twice at once "
+                                     f"({r['ran_twice_at_once_after_thaw']} still after the "
+                                     "thaw)") for n, r in systems.items()]
+    return [*lines, "", "Target: nothing ever runs twice at once.", *verdicts]
+
+
+def _oversubscribed(systems: dict[str, Any]) -> list[str]:
+    lines = _scenario_table("Demand 3x the quotas", systems, [
+        ("jobs / quota allows at once (per worker)",
+         lambda r: f"{r['jobs']} / {r['allowed_at_once']} ({r['allowed_per_worker']})"),
+        ("window s", lambda r: r["window_seconds"]),
+        ("most running at once", lambda r: r["max_running_at_once"]),
+        ("most running on one worker", lambda r: r["max_running_on_a_worker"]),
+        ("running at the end of the window", lambda r: r["running_at_end"]),
+        ("s until the quota was full", lambda r: r["seconds_until_quota_full"]),
+        ("workers ever above their quota (most running)", lambda r: r["workers_above_quota"]),
+    ])
+    verdicts = [f"- `{n}`: " + ("quota never exceeded" if not r["workers_above_quota"]
+                                and r["max_running_at_once"] <= r["allowed_at_once"]
+                                else "QUOTA EXCEEDED") for n, r in systems.items()]
+    return [*lines, "", "Target: quota never exceeded.", *verdicts]
+
+
+def _steady(systems: dict[str, Any]) -> list[str]:
+    return _scenario_table("Jobs at a steady rate", systems, [
+        ("rate jobs/s x s", lambda r: f"{r['rate_per_second']:g} x {r['create_seconds']}"),
+        ("ran / created (within the tail)",
+         lambda r: f"{r['ran']}/{r['jobs']} ({r['tail_seconds']:g} s)"),
+        ("create -> remote running p50/p95/p99 ms",
+         lambda r: _triple(r["create_to_remote_running"])),
+    ])
+
+
+def scenario_markdown(results: dict[str, dict[str, Any]], *, workers: int,
+                      settings: dict[str, Any], sizes: dict[str, Any]) -> str:
+    parts = [f"# Peer benchmark: behaviour, {workers} workers", "",
+             "Each system on fresh clusters with the same simulated trainer on every worker "
+             "(jobs run for an hour once unsuspended) and the same TrainJobs; every number "
+             "comes from the harness's own watches of the workers. A copy runs when it is "
+             "present, not suspended and not finished; a copy on a frozen worker counts as "
+             "running until it is seen gone after the thaw (its pods would go on running).",
+             ""]
+    render = {"frozen": _frozen, "oversubscribed": _oversubscribed, "steady": _steady}
+    for scenario, systems in results.items():
+        parts += [*render[scenario](systems), ""]
+    parts += ["## Settings", "", f"- sizes: {sizes}"]
+    parts += [f"- `{n}`: {s}" for n, s in settings.items()]
+    return "\n".join(parts) + "\n"
+
+
+def write_scenario_reports(results: dict[str, dict[str, Any]], *, workers: int,
+                           sizes: Any) -> str:
+    from dataclasses import asdict
+
+    from bench.peer_plot import plot_scenarios
+    from bench.peer_systems import SYSTEMS
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem = RESULTS / f"peer-scenarios-{workers}w"
+    names = {n for systems in results.values() for n in systems}
+    settings = {n: SYSTEMS[n].describe() for n in sorted(names)}
+    stem.with_suffix(".json").write_text(json.dumps(
+        {"workers": workers, "sizes": asdict(sizes), "settings": settings,
+         "scenarios": results}, indent=2) + "\n")
+    text = scenario_markdown(results, workers=workers, settings=settings, sizes=asdict(sizes))
+    stem.with_suffix(".md").write_text(text)
+    plot_scenarios(results, stem.with_suffix(".png"))
+    return text

@@ -10,6 +10,14 @@
 #
 #   build.sh            builds both; prints the control-plane directory (last line)
 #   build.sh kueue      builds only Kueue; prints the Kueue directory (last line)
+#   build.sh kueue-remote-qps
+#                       also builds $kueue_out/kueue-remote-qps: the same Kueue with one
+#                       change, made here to a copy of its module: MultiKueue's clients for
+#                       the worker clusters take their QPS and burst from the environment
+#                       (KUEUE_MULTIKUEUE_REMOTE_QPS, KUEUE_MULTIKUEUE_REMOTE_BURST) instead
+#                       of client-go's fixed 5 QPS / 10 burst (not configurable in v0.17,
+#                       Kueue issue #14973). Unset, it behaves as the stock binary. Prints
+#                       the Kueue directory (last line).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -76,8 +84,66 @@ build_kueue() {
   echo "kueue built in $(( $(date +%s) - start )) s" >&2
 }
 
+# MultiKueue's remote clients are built in newClientWithWatch (multikueuecluster.go);
+# both of its returns get the rest.Config passed through remoteRateLimit, a file added
+# to the package. Nothing else of Kueue changes.
+remote_qps_go='package multikueue
+
+// Added by trainjob-dispatcher controlplane/build.sh (not part of Kueue): the rate limit
+// of the clients for worker clusters, from the environment when set.
+
+import (
+	"os"
+	"strconv"
+
+	"k8s.io/client-go/rest"
+)
+
+func remoteRateLimit(config *rest.Config) *rest.Config {
+	config = rest.CopyConfig(config)
+	if qps, err := strconv.ParseFloat(os.Getenv("KUEUE_MULTIKUEUE_REMOTE_QPS"), 32); err == nil {
+		config.QPS = float32(qps)
+	}
+	if burst, err := strconv.Atoi(os.Getenv("KUEUE_MULTIKUEUE_REMOTE_BURST")); err == nil {
+		config.Burst = burst
+	}
+	return config
+}
+'
+
+build_kueue_remote_qps() {
+  build_kueue
+  [ -x "$kueue_out/kueue-remote-qps" ] && return 0
+  local start src work package file
+  start=$(date +%s)
+  src="$(module_dir "$kueue_module")"
+  work="$cache_root/kueue/$kueue_version-remote-qps-src"
+  rm -rf "$work"
+  mkdir -p "$work"
+  cp -R "$src/." "$work/module"
+  chmod -R u+w "$work/module"
+  package="$work/module/pkg/controller/admissionchecks/multikueue"
+  file="$package/multikueuecluster.go"
+  sed -i -E 's/return client\.NewWithWatch\((config\.RestConfig|restConfig), options\)/return client.NewWithWatch(remoteRateLimit(\1), options)/' "$file"
+  if [ "$(grep -c 'client.NewWithWatch(remoteRateLimit(' "$file")" != 2 ]; then
+    echo "kueue-remote-qps: newClientWithWatch in $file is not as expected" >&2
+    exit 1
+  fi
+  printf '%s' "$remote_qps_go" > "$package/zz_remote_rate_limit.go"
+  cp "$here/kueue/go.mod" "$work/go.mod"
+  cp "$here/kueue/go.sum" "$work/go.sum"
+  echo "replace $kueue_module => $work/module" >> "$work/go.mod"
+  echo "building kueue-remote-qps $kueue_version ..." >&2
+  (cd "$here/kueue" && CGO_ENABLED=0 go build -modfile="$work/go.mod" -trimpath \
+    -ldflags "-s -w -X $kueue_module/pkg/version.GitVersion=$kueue_version-remote-qps" \
+    -o "$kueue_out/kueue-remote-qps.tmp" "$kueue_module/cmd/kueue")
+  mv "$kueue_out/kueue-remote-qps.tmp" "$kueue_out/kueue-remote-qps"
+  echo "kueue-remote-qps built in $(( $(date +%s) - start )) s" >&2
+}
+
 case "$what" in
   all) build_controlplane; build_kueue; echo "$out" ;;
   kueue) build_kueue; echo "$kueue_out" ;;
-  *) echo "usage: $0 [kueue]" >&2; exit 2 ;;
+  kueue-remote-qps) build_kueue_remote_qps; echo "$kueue_out" ;;
+  *) echo "usage: $0 [kueue|kueue-remote-qps]" >&2; exit 2 ;;
 esac

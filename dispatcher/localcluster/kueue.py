@@ -15,6 +15,11 @@ owned by their jobs and only the collector frees their quota when a job is delet
 Kueue reads metrics serving certificates from a fixed path when its internal certificate
 management is off (as here, so that the webhook certificate can be our own); a
 self-signed pair is written there once when missing.
+
+MultiKueue's clients for the worker clusters use client-go's fixed 5 QPS / 10 burst in
+Kueue v0.17. `MultiKueueSettings(remote_qps=..., remote_burst=...)` runs instead the
+`kueue-remote-qps` binary that `controlplane/build.sh kueue-remote-qps` builds (built on
+first use): the same Kueue, its remote clients' limit taken from the environment.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +38,7 @@ import yaml
 
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import CRDS, NAMESPACES, Resource, ResourceKind, status_of
-from dispatcher.localcluster.binaries import KueueFiles, ensure_kueue
+from dispatcher.localcluster.binaries import BinariesNotFound, KueueFiles, ensure_kueue
 from dispatcher.localcluster.crds import admin_client
 from dispatcher.localcluster.pki import sign_server_certificate
 from dispatcher.localcluster.processes import ManagedProcess
@@ -63,6 +69,10 @@ VALIDATING = ResourceKind("admissionregistration.k8s.io", "v1",
 RESOURCE_FLAVORS_V1BETA2 = ResourceKind("kueue.x-k8s.io", "v1beta2", "resourceflavors",
                                         namespaced=False)
 READY_TIMEOUT_SECONDS = 60.0
+REMOTE_QPS_BINARY = "kueue-remote-qps"
+REMOTE_QPS_ENV = "KUEUE_MULTIKUEUE_REMOTE_QPS"
+REMOTE_BURST_ENV = "KUEUE_MULTIKUEUE_REMOTE_BURST"
+_BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "controlplane" / "build.sh"
 _FIELD_MANAGER = "trainjob-dispatcher-localcluster"
 _POLL_SECONDS = 0.1
 
@@ -79,6 +89,10 @@ class MultiKueueSettings:
     gc_interval: str = "1m"
     worker_lost_timeout: str = "15m"
     origin: str = "multikueue"
+    remote_qps: float | None = None
+    """Rate limit of the clients for worker clusters (client-go's 5 when None); any
+    value runs the rebuilt `kueue-remote-qps` binary."""
+    remote_burst: int | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +172,17 @@ def _conversion(*, base_url: str, ca_bundle: str) -> JSON:
 _NO_CONVERSION: JSON = {"spec": {"conversion": {"strategy": "None", "webhook": None}}}
 
 
+def ensure_remote_qps_binary(files: KueueFiles) -> Path:
+    """The `kueue-remote-qps` binary beside `files.binary`, built when missing."""
+    binary = files.directory / REMOTE_QPS_BINARY
+    if not binary.exists():
+        if not _BUILD_SCRIPT.exists():
+            raise BinariesNotFound(f"{binary} missing and {_BUILD_SCRIPT} not found")
+        subprocess.run(["bash", str(_BUILD_SCRIPT), REMOTE_QPS_BINARY], check=True,
+                       stdout=subprocess.DEVNULL)
+    return binary
+
+
 def ensure_metrics_certificates(cluster: LocalCluster, directory: Path = METRICS_CERT_DIR
                                 ) -> None:
     """Write a metrics serving pair where Kueue insists on finding one, once."""
@@ -195,12 +220,20 @@ class KueueManager:
         config_path = self.directory / "config.yaml"
         config_path.write_text(yaml.safe_dump(
             configuration(ports=self.ports, cert_dir=cert_dir, settings=self.settings)))
+        binary, env = self.files.binary, {"KUBECONFIG": str(cluster.kubeconfig_path)}
+        mk = self.settings.multikueue
+        if mk is not None and (mk.remote_qps is not None or mk.remote_burst is not None):
+            binary = ensure_remote_qps_binary(self.files)
+            if mk.remote_qps is not None:
+                env[REMOTE_QPS_ENV] = str(mk.remote_qps)
+            if mk.remote_burst is not None:
+                env[REMOTE_BURST_ENV] = str(mk.remote_burst)
         self.process = ManagedProcess(
             name=f"{cluster.name}/kueue",
-            argv=[str(self.files.binary), f"--config={config_path}",
+            argv=[str(binary), f"--config={config_path}",
                   f"--feature-gates={FEATURE_GATES}", f"--zap-log-level={self.settings.log_level}"],
             log_path=cluster.directory / "kueue.log",
-            env={"KUBECONFIG": str(cluster.kubeconfig_path)},
+            env=env,
         )
 
     async def start(self, *, timeout: float = READY_TIMEOUT_SECONDS) -> None:
