@@ -82,7 +82,8 @@ class WorkersConfig(_Group):
     lost_timeout_seconds: float = Field(
         900.0, alias="lostTimeoutSeconds", ge=0,
         description="How long a worker may be unreachable before its jobs are evicted "
-                    "(MultiKueue's workerLostTimeout).",
+                    "(MultiKueue's workerLostTimeout), counted from when the first "
+                    "unanswered probe was sent.",
     )
     create_namespaces: bool = Field(
         True, alias="createNamespaces",

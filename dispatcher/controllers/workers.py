@@ -105,14 +105,17 @@ class WorkerConnection:
         return (self.mirrors is not None and self.mirrors.synced.is_set()
                 and (self.kueue is None or self.kueue.synced))
 
-    def _set_state(self, active: bool, reason: str, message: str) -> None:
+    def _set_state(self, active: bool, reason: str, message: str, *,
+                   since: float | None = None) -> None:
+        """`since`: when the failure began, if known before now (a probe that timed out
+        began failing when it was sent, not when the client gave up on it)."""
         network_loss = not active and reason in (c.REASON_UNREACHABLE, c.REASON_UNAUTHORIZED)
         if active:
             self.lost_since = None
         if active and not self.active:
             self.collected = False
         elif network_loss and self.lost_since is None:
-            self.lost_since = time.time()
+            self.lost_since = since if since is not None else time.time()
         changed = (active, reason, message) != (self.active, self.reason, self.message)
         self.active, self.reason, self.message = active, reason, message
         if changed:
@@ -176,13 +179,13 @@ class WorkerConnection:
     async def probe(self) -> None:
         """One health check: can we reach the worker and does it serve TrainJobs?"""
         assert self.client is not None
-        self.last_probe = time.time()
+        sent = self.last_probe = time.time()
         try:
             await self.client.request("GET", self._options.kind.probe_path(), verb="probe")
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            self._set_state(False, *_reason_for(error, self._options.kind.kind))
+            self._set_state(False, *_reason_for(error, self._options.kind.kind), since=sent)
             return
         message = "connected"
         if self.kueue is not None:

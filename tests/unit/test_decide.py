@@ -143,12 +143,15 @@ ROWS: list[tuple[str, JobSnapshot, JobMemory, d.Action]] = [
      d.SyncStatus("w", mirror(suspend=True), reason=c.REASON_WAITING_FOR_ADMISSION,
                   message=f"placed on worker w, waiting for admission in ClusterQueue cq: "
                           f"{NO_QUOTA}", recheck=110.05)),
+    ("admission: a new mirror's first steps are not written",
+     placed(worker=WITH_KUEUE, mirror=mirror(suspend=True, age=1),
+            workload=PENDING_WORKLOAD), JobMemory(), d.Requeue(1.05)),
     ("admission: waiting before Kueue made a Workload",
      placed(worker=dataclasses.replace(ACTIVE, local_queue="team"),
-            mirror=mirror(suspend=True, age=0)), JobMemory(),
-     d.SyncStatus("w", mirror(suspend=True, age=0), reason=c.REASON_WAITING_FOR_ADMISSION,
+            mirror=mirror(suspend=True, age=3)), JobMemory(),
+     d.SyncStatus("w", mirror(suspend=True, age=3), reason=c.REASON_WAITING_FOR_ADMISSION,
                   message="placed on worker w, waiting for admission in LocalQueue team: the "
-                          "worker's Kueue has not created its Workload yet", recheck=120.05)),
+                          "worker's Kueue has not created its Workload yet", recheck=117.05)),
     ("admission: not admitted in time, moved (not an eviction)",
      placed(worker=WITH_KUEUE, mirror=mirror(suspend=True, age=121),
             workload=PENDING_WORKLOAD), JobMemory(),

@@ -18,8 +18,10 @@ in the order they are tried (`docs/architecture.md` draws the same arrows):
 - placed, mirror finished: failed with a reason the job retries -> evict; else finish;
 - placed, mirror evicted by the worker or its Kueue -> evict (MirrorEvicted; preempted
   is not counted toward `maxEvictions` and keeps the job off that worker a while);
-- placed, mirror waiting for the worker's Kueue to admit it -> show "waiting for
-  admission" with Kueue's reason; past `placement.admissionTimeoutSeconds` -> take it
+- placed, mirror waiting for the worker's Kueue to admit it -> for its first
+  `ADMISSION_QUIET_SECONDS` nothing is written (most mirrors are admitted by then, and
+  each of Kueue's steps would be one more status write on the manager); after that show
+  "waiting for admission" with Kueue's reason; past `placement.admissionTimeoutSeconds` -> take it
   off the worker (AdmissionTimeout, not an eviction) and keep the job off that worker a
   while; admitted -> copy its status ("running on X");
 - not placed: suspended, runtime missing, demand or selector invalid -> wait with that
@@ -50,6 +52,10 @@ from dispatcher.placement.selector import SelectorError, parse_selector
 
 JSON = dict[str, Any]
 _BLIP_MARGIN_SECONDS = 0.05
+ADMISSION_QUIET_SECONDS = 2.0
+"""A new mirror's admission steps are not shown on the manager this long: Kueue usually
+admits within it, and showing each step (no Workload yet, pending, quota reserved,
+admitted) cost four status writes per job."""
 
 
 @dataclass(frozen=True)
@@ -265,6 +271,8 @@ def _waiting_for_admission(s: JobSnapshot, config: DispatcherConfig,
                        f"not admitted by the Kueue of worker {name} in {int(waited)}s "
                        f"({admission.message}); placed again elsewhere", eviction=False,
                        exclude=True)
+    if waited < ADMISSION_QUIET_SECONDS:
+        return Requeue(ADMISSION_QUIET_SECONDS - waited + _BLIP_MARGIN_SECONDS)
     return SyncStatus(name, s.mirror, reason=c.REASON_WAITING_FOR_ADMISSION,
                       message=f"placed on worker {name}, waiting for admission in {queue}: "
                               f"{admission.message}",
