@@ -29,8 +29,8 @@ _HEADERS = {
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 CACHE_SECONDS = 1.0
-"""A view is reused this long: building one walks every job (about 0.1 s at 10,000), and
-several open pages poll every 2 s."""
+"""A view is reused this long: building one walks every job (about 0.2 s at 10,000 jobs in
+the benchmark), and several open pages poll every 2 s."""
 
 StatusProvider = Callable[[int, int], StatusView]
 """(offset, limit) -> the view of now."""
