@@ -21,9 +21,10 @@ in the order they are tried (`docs/architecture.md` draws the same arrows):
 - placed, mirror waiting for the worker's Kueue to admit it -> for its first
   `ADMISSION_QUIET_SECONDS` nothing is written (most mirrors are admitted by then, and
   each of Kueue's steps would be one more status write on the manager); after that show
-  "waiting for admission" with Kueue's reason; past `placement.admissionTimeoutSeconds` -> take it
-  off the worker (AdmissionTimeout, not an eviction) and keep the job off that worker a
-  while; admitted -> copy its status ("running on X");
+  "waiting for admission" with Kueue's reason; past
+  `placement.admissionTimeoutSeconds` -> take it off the worker (AdmissionTimeout, not
+  an eviction) and keep the job off that worker a while; admitted -> copy its status
+  ("running on X");
 - not placed: suspended, runtime missing, demand or selector invalid -> wait with that
   reason; in eviction backoff -> wait until then; reserved by the scheduler -> record
   the placement; else queue it.
