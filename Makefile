@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup system-deps controlplane demo up up-kueue test unit lint bench bench-quick bench-peer-quick soak
+.PHONY: setup system-deps controlplane demo up up-kueue test unit lint bench bench-peer bench-quick bench-peer-quick soak
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -48,7 +48,13 @@ lint: setup
 bench: setup controlplane
 	$(VENV)/bin/pip install --quiet -e '.[bench]'
 	$(PY) -m bench --jobs 2000 --workers 3
-	$(PY) -m bench --peer multikueue --jobs 1000 --workers 3
+	$(PY) -m bench --peer multikueue --jobs 1000 --workers 3 --peer-minutes 4 \
+	  --systems dispatcher-fair,dispatcher,multikueue-default,multikueue-tuned-remote-qps
+
+# Every system and scenario at 3 and 10 workers, 1,000 jobs: several hours.
+bench-peer: setup controlplane
+	$(VENV)/bin/pip install --quiet -e '.[bench]'
+	$(PY) -m bench --peer multikueue --workers 3,10 --jobs 1000 --peer-minutes 10
 
 # The dispatcher beside MultiKueue: 200 jobs, 2 workers, the peer capped at 2 minutes.
 bench-peer-quick: setup controlplane
