@@ -189,26 +189,22 @@ class WorkerConnection:
             return
         message = "connected"
         if self.kueue is not None:
+            reading = WORKLOAD_PRIORITY_CLASSES
             try:
-                if await self.kueue.refresh_priority_classes():
-                    self.notify()
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                self._set_state(False, *_reason_for(error, WORKLOAD_PRIORITY_CLASSES))
-                return
-        if self.kueue is not None and self.spec.cluster_queue:
-            try:
-                if await self.kueue.refresh_queues():
-                    self.notify()
+                changed = await self.kueue.refresh_priority_classes()
+                if self.spec.cluster_queue:
+                    reading = CLUSTER_QUEUES
+                    changed = await self.kueue.refresh_queues() or changed
             except asyncio.CancelledError:
                 raise
             except QueueProblem as problem:
                 self._set_state(False, problem.reason, str(problem))
                 return
             except Exception as error:
-                self._set_state(False, *_reason_for(error, CLUSTER_QUEUES))
+                self._set_state(False, *_reason_for(error, reading))
                 return
+            if changed:
+                self.notify()
             uncovered = self.kueue.uncovered(self.spec.quota)
             if uncovered:
                 message = (f"connected; ClusterQueue {self.spec.cluster_queue!r} does not "
