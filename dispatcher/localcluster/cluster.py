@@ -212,7 +212,7 @@ class LocalCluster:
 
     def pause(self) -> None:
         """Freeze the API server: connections hang, as with a lost network."""
-        self.apiserver.signal(signal.SIGSTOP)
+        self.apiserver.freeze()
 
     def resume(self) -> None:
         self.apiserver.signal(signal.SIGCONT)

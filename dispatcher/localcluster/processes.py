@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,21 @@ class ManagedProcess:
         if self._popen is not None and self._popen.poll() is None:
             self._popen.send_signal(signum)
 
+    def freeze(self, *, timeout_seconds: float = 5.0) -> None:
+        """SIGSTOP, and return only once every thread of the process has stopped.
+
+        The kernel stops a process's threads when one of them takes the signal, not when
+        it is sent; until then a thread woken by a request may still answer it.
+        """
+        self.signal(signal.SIGSTOP)
+        if self._popen is None:
+            return
+        deadline = time.monotonic() + timeout_seconds
+        while not _all_threads_stopped(self._popen.pid):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} (pid {self._popen.pid}) did not stop")
+            time.sleep(0.001)
+
     def kill(self) -> None:
         """SIGKILL and reap: the abrupt death a fault test wants."""
         if self._popen is None:
@@ -92,3 +108,20 @@ class ManagedProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except FileNotFoundError:
             return ""
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """True when every thread of `pid` is in the stopped state (or the process is gone)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:
+        return True
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:
+            continue
+        state = stat[stat.rindex(")") + 2]
+        if state not in "TtZX":
+            return False
+    return True

@@ -110,10 +110,11 @@ async def test_paused_cluster_times_out_and_answers_after_resume(
             await namespaces.get("default")
         elapsed = time.monotonic() - started
         assert 0.9 <= elapsed < 5
+        worker_b.resume()
+        assert await namespaces.get("default") is not None
     finally:
         worker_b.resume()
-    assert await namespaces.get("default") is not None
-    await client.close()
+        await client.close()
 
 
 async def test_restarted_cluster_keeps_its_objects(
