@@ -8,6 +8,7 @@ README's configuration reference is checked against these models.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,15 @@ class StaticWorker(_Group):
     cordoned: bool = False
 
 
+class WhenWorkerLost(StrEnum):
+    REQUEUE = "Requeue"
+    """Place the jobs elsewhere (MultiKueue's behaviour): they run again soon, but a
+    copy may still run on the lost worker until it answers and its copy is deleted."""
+    WAIT = "Wait"
+    """Keep the jobs placed on the lost worker until it answers again, is drained or is
+    removed: never two copies of a job at once, at the price of waiting."""
+
+
 class WorkersConfig(_Group):
     """How workers are found, connected and judged lost."""
 
@@ -84,6 +94,13 @@ class WorkersConfig(_Group):
         description="How long a worker may be unreachable before its jobs are evicted "
                     "(MultiKueue's workerLostTimeout), counted from when the first "
                     "unanswered probe was sent.",
+    )
+    when_lost: WhenWorkerLost = Field(
+        WhenWorkerLost.REQUEUE, alias="whenLost",
+        description="What happens to the jobs of a worker lost past lostTimeoutSeconds: "
+                    "Requeue places them elsewhere (a copy may still run on the lost "
+                    "worker meanwhile); Wait keeps them there until the worker answers, "
+                    "is drained or is removed (never two copies at once).",
     )
     create_namespaces: bool = Field(
         True, alias="createNamespaces",

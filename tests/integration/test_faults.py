@@ -9,6 +9,7 @@ import pytest
 import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from dispatcher.api import conditions
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
@@ -121,6 +122,63 @@ async def test_lost_worker_jobs_move_and_stale_mirrors_are_collected_on_return(
         return not listed["items"]
     await eventually(b_collected, timeout=20, interval=0.5)
     await assert_invariants(admin_clients, namespace)
+
+
+async def test_when_lost_wait_keeps_the_jobs_on_the_lost_worker_until_it_answers(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
+    worker_b: LocalCluster,
+) -> None:
+    await start_dispatcher(workers={"lostTimeoutSeconds": 2, "whenLost": "Wait"})
+    names = [f"held-{i}" for i in range(6)]
+    await create(admin_clients, namespace, names)
+    await eventually(lambda: _all_placed(admin_clients, namespace, names))
+    before = await placements(admin_clients, namespace)
+    held = await on_worker(admin_clients, namespace, names, "worker-b")
+    assert held, "MostFree should have spread the jobs over both workers"
+    mirrors_b = Resource(admin_clients["worker-b"], TRAINJOBS)
+    uids_before = {m["metadata"]["name"]: m["metadata"]["uid"]
+                   for m in (await mirrors_b.list(namespace=namespace))["items"]}
+    jobs = Resource(admin_clients["manager"], TRAINJOBS)
+
+    async def dispatched_reasons() -> dict[str, str]:
+        listed = await jobs.list(namespace=namespace)
+        return {j["metadata"]["name"]: (condition_of(j, c.CONDITION_DISPATCHED) or {}).get(
+            "reason", "") for j in listed["items"]}
+
+    worker_b.pause()
+    try:
+        async def all_held() -> dict[str, str] | None:
+            reasons = await dispatched_reasons()
+            return reasons if all(reasons[n] == c.REASON_WORKER_UNREACHABLE
+                                  for n in held) else None
+        await eventually(all_held, timeout=30, interval=0.5)
+        await asyncio.sleep(3)
+        assert await placements(admin_clients, namespace) == before
+        mirrors_a = await Resource(admin_clients["worker-a"], TRAINJOBS).list(
+            namespace=namespace)
+        assert not {m["metadata"]["name"] for m in mirrors_a["items"]} & set(held)
+        job = await jobs.get(held[0], namespace=namespace)
+        assert job is not None
+        message = (condition_of(job, c.CONDITION_DISPATCHED) or {})["message"]
+        assert "worker-b unreachable since" in message and "whenLost: Wait" in message
+    finally:
+        worker_b.resume()
+
+    async def answered_again() -> bool:
+        reasons = await dispatched_reasons()
+        return all(reasons[n] not in (c.REASON_WORKER_UNREACHABLE, "") for n in held)
+    await eventually(answered_again, timeout=30, interval=0.5)
+    assert await placements(admin_clients, namespace) == before
+    uids_after = {m["metadata"]["name"]: m["metadata"]["uid"]
+                  for m in (await mirrors_b.list(namespace=namespace))["items"]}
+    assert uids_after == uids_before, "the held jobs' mirrors were kept, not recreated"
+    for name in names:
+        assert c.ANNOTATION_EVICTIONS not in await annotations_of(admin_clients, namespace, name)
+    await assert_invariants(admin_clients, namespace)
+
+
+def condition_of(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return conditions.condition(job.get("status"), type_)
 
 
 async def test_mirror_deleted_by_hand_or_evicted_remotely_is_requeued(

@@ -18,7 +18,7 @@ def test_defaults() -> None:
                   "labelSelector": ""},
         "client": {"qps": 200.0, "burst": 400, "timeoutSeconds": 15.0},
         "workers": {"fromCRD": True, "static": [], "probeIntervalSeconds": 10.0,
-                    "lostTimeoutSeconds": 900.0, "createNamespaces": True,
+                    "lostTimeoutSeconds": 900.0, "whenLost": "Requeue", "createNamespaces": True,
                     "allowInsecureKubeconfigs": False},
         "placement": {"policy": "MostFree", "queueingStrategy": "BestEffortFIFO",
                       "demandMode": "Sum", "rejectionBackoffSeconds": 300.0,

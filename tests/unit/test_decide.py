@@ -289,3 +289,43 @@ def test_without_an_admission_timeout_a_mirror_waits_forever() -> None:
     action = d.decide(snapshot, JobMemory(), forever, kind=KIND)
     assert isinstance(action, d.SyncStatus)
     assert action.reason == c.REASON_WAITING_FOR_ADMISSION and action.recheck is None
+
+
+WAIT_WHEN_LOST = DispatcherConfig.model_validate({
+    **CONFIG.model_dump(by_alias=True),
+    "workers": {"lostTimeoutSeconds": 60, "probeIntervalSeconds": 5, "whenLost": "Wait"},
+})
+
+
+def test_when_lost_wait_holds_the_job_on_its_worker_past_the_timeout() -> None:
+    action = d.decide(placed(worker=lost(75)), JobMemory(), WAIT_WHEN_LOST, kind=KIND)
+    since = datetime.datetime.fromtimestamp(WALL - 75, datetime.UTC)
+    assert action == d.Hold(
+        "w", c.REASON_WORKER_UNREACHABLE,
+        f"worker w unreachable since {since:%Y-%m-%dT%H:%M:%SZ} (timeout); kept there "
+        "(workers.whenLost: Wait) as a copy may still run on it: it moves once the worker "
+        "answers without it, or is drained or removed")
+
+
+def test_when_lost_wait_the_held_message_stays_the_same_while_the_worker_stays_lost() -> None:
+    first = d.decide(placed(worker=lost(75)), JobMemory(), WAIT_WHEN_LOST, kind=KIND)
+    later = d.decide(placed(worker=lost(375), wall=WALL + 300), JobMemory(), WAIT_WHEN_LOST,
+                     kind=KIND)
+    assert first == later
+
+
+@pytest.mark.parametrize(("snapshot", "expected"), [
+    (placed(worker=lost(20)), d.Requeue(40.05)),
+    (placed(worker=lost(None)), d.Requeue(5.0)),
+    (placed(worker=dataclasses.replace(lost(75), draining=True)),
+     d.Unplace("w", c.REASON_DRAINED, "worker w is unreachable and being drained; requeued",
+               eviction=True)),
+    (placed(worker=None),
+     d.Unplace("w", c.REASON_WORKER_LOST, "worker w is no longer registered; requeued",
+               eviction=True, evictions=1, backoff=2.0)),
+    (placed(job=job(placed=True, deleting=True), worker=lost(61)), d.DropFinalizer()),
+], ids=["blip: wait out the timeout", "inactive, not lost", "drained by an admin: moves",
+        "removed: moves", "deleted on the manager: given up on"])
+def test_when_lost_wait_other_rows_are_unchanged(snapshot: JobSnapshot,
+                                                 expected: d.Action) -> None:
+    assert d.decide(snapshot, JobMemory(), WAIT_WHEN_LOST, kind=KIND) == expected

@@ -30,6 +30,7 @@ from dispatcher.controllers.jobs.decide import (
     Enqueue,
     Finish,
     Forget,
+    Hold,
     RecordPlacement,
     Reject,
     Requeue,
@@ -239,6 +240,10 @@ class JobsController:
                 return await self._create_mirror(s, memory, worker)
             case SyncStatus():
                 return await self._sync_status(s, memory, action)
+            case Hold(reason=reason, message=message):
+                assert s.job is not None
+                await self.manager.set_held(s.job, reason=reason, message=message)
+                return Result.done()
             case Finish():
                 await self._finish(s, action)
                 return None

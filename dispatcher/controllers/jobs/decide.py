@@ -9,8 +9,10 @@ in the order they are tried (`docs/architecture.md` draws the same arrows):
 - finished on the manager -> the same (the mirror is kept with `mirror.keepFinished`);
 - placed, not yet booked (after a restart) -> book it;
 - placed and suspended -> take it off the worker (not an eviction);
-- placed on a worker no longer registered, or lost past `workers.lostTimeoutSeconds` ->
-  evict (WorkerLost); lost for less -> wait; inactive but not lost (a blip) -> wait;
+- placed on a worker no longer registered -> evict (WorkerLost); lost past
+  `workers.lostTimeoutSeconds` -> evict (WorkerLost), or with `workers.whenLost: Wait`
+  hold it there and say so (a copy may still run on it), until the worker answers or
+  is drained; lost for less -> wait; inactive but not lost (a blip) -> wait;
 - placed on a draining worker -> evict, not counted toward `mirror.maxEvictions`;
 - placed, no mirror: a tombstone that finished -> finish; one that did not -> evict
   (MirrorGone); none -> create the mirror;
@@ -38,7 +40,7 @@ from fractions import Fraction
 from typing import Any
 
 from dispatcher.api import constants as c
-from dispatcher.config import DispatcherConfig
+from dispatcher.config import DispatcherConfig, WhenWorkerLost
 from dispatcher.controllers.jobs.admission import (
     UNCOUNTED_EVICTIONS,
     Admission,
@@ -110,6 +112,15 @@ class SyncStatus:
 
 
 @dataclass(frozen=True)
+class Hold:
+    """Placed, and its worker cannot be asked: keep the placement and show why."""
+
+    worker: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Finish:
     worker: str
     mirror: JSON
@@ -153,7 +164,7 @@ class DropFinalizer:
 
 
 Action = (Forget | Requeue | Wait | Enqueue | RecordPlacement | Book | CreateMirror
-          | SyncStatus | Finish | Unplace | Reject | DeleteMirror | DropFinalizer)
+          | SyncStatus | Hold | Finish | Unplace | Reject | DeleteMirror | DropFinalizer)
 
 
 def decide(snapshot: JobSnapshot, memory: JobMemory, config: DispatcherConfig, *,
@@ -220,10 +231,12 @@ def _placed(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> Actio
         timeout = config.workers.lost_timeout_seconds
         if worker.lost_for is None:
             return Requeue(config.workers.probe_interval_seconds)
-        if worker.lost_for >= timeout:
-            return _evict(s, config, c.REASON_WORKER_LOST,
-                          f"worker {name} lost for {int(worker.lost_for)}s ({worker.message})")
-        return Requeue(timeout - worker.lost_for + _BLIP_MARGIN_SECONDS)
+        if worker.lost_for < timeout:
+            return Requeue(timeout - worker.lost_for + _BLIP_MARGIN_SECONDS)
+        if config.workers.when_lost is WhenWorkerLost.WAIT:
+            return _hold_on_lost(s, config, worker)
+        return _evict(s, config, c.REASON_WORKER_LOST,
+                      f"worker {name} lost for {int(worker.lost_for)}s ({worker.message})")
     if worker.draining:
         return _evict(s, config, c.REASON_DRAINED, f"worker {name} is being drained",
                       counted=False)
@@ -257,6 +270,22 @@ def _placed(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> Actio
     if admission.stage is Stage.WAITING:
         return _waiting_for_admission(s, config, admission)
     return SyncStatus(name, s.mirror, message=f"running on worker {name}")
+
+
+def _hold_on_lost(s: JobSnapshot, config: DispatcherConfig, worker: WorkerState) -> Action:
+    """`workers.whenLost: Wait`: a copy may still run there, so the job stays, unless an
+    admin drains the worker (then it moves, not counted as an eviction)."""
+    assert s.placed_on is not None and worker.lost_for is not None
+    name = s.placed_on
+    if worker.draining:
+        return _evict(s, config, c.REASON_DRAINED,
+                      f"worker {name} is unreachable and being drained", counted=False)
+    since = datetime.datetime.fromtimestamp(s.wall - worker.lost_for, datetime.UTC)
+    return Hold(name, c.REASON_WORKER_UNREACHABLE,
+                f"worker {name} unreachable since {since:%Y-%m-%dT%H:%M:%SZ} "
+                f"({worker.message}); kept there (workers.whenLost: Wait) as a copy may "
+                "still run on it: it moves once the worker answers without it, or is "
+                "drained or removed")
 
 
 def _waiting_for_admission(s: JobSnapshot, config: DispatcherConfig,

@@ -96,6 +96,13 @@ class ManagerWriter:
         desired = st.with_mirror(self.kind, self.kind.remote_status(mirror), dispatched)
         return await self.write_status(job, desired, news_seen=news_seen)
 
+    async def set_held(self, job: JSON, *, reason: str, message: str) -> JSON:
+        """Dispatched=True with `reason`; the status last copied from the mirror is kept."""
+        dispatched = st.dispatched_condition(job, placed=True, reason=reason, message=message,
+                                             now=self.now())
+        desired = st.with_mirror(self.kind, job.get("status") or {}, dispatched)
+        return await self.write_status(job, desired)
+
     async def record_placement(self, job: JSON, worker: str,
                                demand: dict[str, Fraction]) -> JSON | None:
         """Annotation and finalizer in one write, before anything is created remotely."""
