@@ -65,6 +65,11 @@ class System:
     dispatcher: dict[str, Any] = field(default_factory=dict)
     """Dispatcher settings beside its defaults (merged into its config file)."""
 
+    @property
+    def when_lost(self) -> str:
+        """What happens to a lost worker's jobs: MultiKueue always requeues them."""
+        return str(self.dispatcher.get("workers", {}).get("whenLost", "Requeue"))
+
     def describe(self) -> dict[str, Any]:
         def kueue(settings: KueueSettings | None) -> Any:
             if settings is None:

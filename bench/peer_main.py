@@ -9,7 +9,8 @@ system in turn, then the behaviour scenarios (bench/peer_scenarios.py) for the s
 systems. `--quick`: 200 jobs, 2 workers, the peer capped at 2 minutes, the scenarios at
 their quick sizes, and fewer MultiKueue settings (defaults, the best one).
 Writes `bench/results/peer-multikueue-<N>-<K>w.{json,md,png}` per burst and
-`bench/results/peer-scenarios-<K>w.{json,md,png}` per worker count.
+`bench/results/peer-scenarios-<K>w.{json,md,png}` per worker count (with some scenarios
+only: `peer-scenarios-<K>w-<scenarios>.*`, so a partial run keeps the whole one).
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ QUICK_SYSTEMS = ("dispatcher-fair", "multikueue-default", "dispatcher",
                  "multikueue-tuned-remote-qps")
 """`--quick` runs MultiKueue at its defaults and at its best here; the settings between
 (qps, tuned, tuned-incremental, qps-remote-qps) only in full runs or with --systems."""
-SCENARIO_SYSTEMS = ("dispatcher-fair", "multikueue-tuned-remote-qps")
-"""The fair mode and MultiKueue at its best tuning."""
+SCENARIO_SYSTEMS = ("dispatcher-fair", "dispatcher-fair-wait", "multikueue-tuned-remote-qps")
+"""The fair mode (also keeping a lost worker's jobs) and MultiKueue at its best tuning."""
+ONLY_IN = {"dispatcher-fair-wait": "frozen"}
+"""Systems that differ from another only in one scenario run only there."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -69,7 +72,7 @@ def main(argv: list[str]) -> None:
     cap = QUICK_CAP_SECONDS if args.quick else args.peer_minutes * 60
     scenarios = _names(args.scenarios, ("burst", *SCENARIOS), "scenarios")
     systems = (_names(args.systems, list(SYSTEMS), "systems")
-               or list(QUICK_SYSTEMS if args.quick else SYSTEMS))
+               or [n for n in (QUICK_SYSTEMS if args.quick else SYSTEMS) if n not in ONLY_IN])
     scenario_systems = _names(args.scenario_systems, list(SYSTEMS), "systems")
     sizes = QUICK_SIZES if args.quick else ScenarioSizes()
     used = (systems if "burst" in scenarios else []) + scenario_systems
@@ -89,5 +92,6 @@ def main(argv: list[str]) -> None:
 
             results = asyncio.run(run_scenarios(
                 {n: SYSTEMS[n] for n in scenario_systems}, workers=count,
-                scenarios=behaviour, sizes=sizes))
-            print(write_scenario_reports(results, workers=count, sizes=sizes))
+                scenarios=behaviour, sizes=sizes, only_in=ONLY_IN))
+            print(write_scenario_reports(results, workers=count, sizes=sizes,
+                                         partial=set(behaviour) != set(SCENARIOS)))

@@ -141,8 +141,12 @@ def _frozen(systems: dict[str, Any]) -> list[str]:
         ("jobs (all running before the freeze)",
          lambda r: f"{r['jobs']} ({r['all_running_before_freeze']})"),
         ("lost timeout s", lambda r: r["lost_timeout_seconds"]),
+        ("a lost worker's jobs", lambda r: {"Wait": "kept there (whenLost: Wait)"}.get(
+            r.get("when_lost", ""), "requeued")),
         ("jobs on the frozen worker / moved", lambda r: f"{r['jobs_on_frozen_worker']}/"
                                                         f"{r['moved']}"),
+        ("... still running there after the thaw",
+         lambda r: r.get("still_running_on_frozen_worker_after_thaw", "-")),
         ("freeze -> running elsewhere p50/max s", lambda r: "/".join(
             str(v) for v in r["freeze_to_running_elsewhere"].values()) or "-"),
         ("frozen for s", lambda r: r["frozen_seconds"]),
@@ -207,14 +211,15 @@ def scenario_markdown(results: dict[str, dict[str, Any]], *, workers: int,
 
 
 def write_scenario_reports(results: dict[str, dict[str, Any]], *, workers: int,
-                           sizes: Any) -> str:
+                           sizes: Any, partial: bool = False) -> str:
     from dataclasses import asdict
 
     from bench.peer_plot import plot_scenarios
     from bench.peer_systems import SYSTEMS
 
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS / f"peer-scenarios-{workers}w"
+    stem = RESULTS / (f"peer-scenarios-{workers}w"
+                      + ("-" + "-".join(results) if partial else ""))
     names = {n for systems in results.values() for n in systems}
     settings = {n: SYSTEMS[n].describe() for n in sorted(names)}
     stem.with_suffix(".json").write_text(json.dumps(

@@ -11,7 +11,10 @@ TrainJobs, and the harness's own watches of the workers (bench/peer_occupancy.py
   many moved, and the jobs ever seen running on two workers at once: counting the frozen
   worker's copies as running while it is unreachable (their pods would be), and apart,
   those still seen on two workers at or after the thaw, until the stale copy is gone.
-  The worker is thawed at the end and the run waits for the stale copies to go.
+  The worker is thawed at the end and the run waits for the stale copies to go. A
+  system that keeps a lost worker's jobs there (`workers.whenLost: Wait`) is watched
+  for `hold_check_seconds` past the lost timeout instead: what moved, and after the
+  thaw, how many of the frozen worker's jobs still run there.
 - `oversubscribed`: small quotas on the workers (MultiKueue's manager queue gets their
   sum) and jobs asking for three times as much; the most jobs running at once, in all
   and on any worker, against what the quota allows, over a fixed window.
@@ -56,6 +59,9 @@ class ScenarioSizes:
     move_timeout_seconds: float = 300.0
     """After the lost timeout: how long the frozen worker's jobs may take to move."""
     cleanup_timeout_seconds: float = 180.0
+    hold_check_seconds: float = 60.0
+    """A system that keeps a lost worker's jobs: how long past the lost timeout to watch
+    that nothing moves."""
     quota_cpu_per_worker: int = 10
     oversubscribed_window_seconds: float = 300.0
     steady_rate: float = 5.0
@@ -66,6 +72,7 @@ class ScenarioSizes:
 
 QUICK_SIZES = ScenarioSizes(frozen_jobs_per_worker=6, place_timeout_seconds=90.0,
                             move_timeout_seconds=90.0, cleanup_timeout_seconds=90.0,
+                            hold_check_seconds=20.0,
                             quota_cpu_per_worker=4, oversubscribed_window_seconds=60.0,
                             steady_seconds=30.0, steady_tail_seconds=60.0)
 
@@ -154,9 +161,13 @@ async def frozen(system: System, *, workers: int, sizes: ScenarioSizes) -> dict[
                 if times:
                     result[name] = min(times) - frozen_at
             return result
+        holds = system.when_lost == "Wait"
         try:
-            await _until(lambda: len(moved()) == len(moving),
-                         frozen_at + sizes.lost_timeout_seconds + sizes.move_timeout_seconds)
+            if holds:
+                await asyncio.sleep(sizes.lost_timeout_seconds + sizes.hold_check_seconds)
+            else:
+                await _until(lambda: len(moved()) == len(moving),
+                             frozen_at + sizes.lost_timeout_seconds + sizes.move_timeout_seconds)
             moved_after = moved()
         finally:
             env.plane.clusters[victim].resume()
@@ -165,13 +176,16 @@ async def frozen(system: System, *, workers: int, sizes: ScenarioSizes) -> dict[
         cleaned = await _until(lambda: not occupancy.on_two_or_more(),
                                thawed_at + sizes.cleanup_timeout_seconds)
         cleanup = time.monotonic() - thawed_at
+        kept = [n for n in moving if victim in occupancy.running.get(n, ())]
         return {
+            "when_lost": system.when_lost if system.kind == "dispatcher" else "Requeue",
             "jobs": jobs, "all_running_before_freeze": placed,
             "lost_timeout_seconds": sizes.lost_timeout_seconds,
             "quota_jobs_per_worker": per_worker,
             "frozen_worker": victim, "jobs_on_frozen_worker": len(moving),
             "frozen_seconds": round(thawed_at - frozen_at, 1),
             "moved": len(moved_after),
+            "still_running_on_frozen_worker_after_thaw": len(kept),
             "freeze_to_running_elsewhere": _seconds(list(moved_after.values())),
             "ran_twice_at_once": len(occupancy.twice),
             "ran_twice_at_once_after_thaw": len(occupancy.twice_after_thaw),
@@ -260,12 +274,16 @@ SCENARIO_RUNS = {"frozen": frozen, "oversubscribed": oversubscribed, "steady": s
 
 
 async def run_scenarios(systems: dict[str, System], *, workers: int, scenarios: list[str],
-                        sizes: ScenarioSizes) -> dict[str, dict[str, Any]]:
-    """scenario -> system -> result; systems alternate within each scenario."""
+                        sizes: ScenarioSizes, only_in: dict[str, str] | None = None
+                        ) -> dict[str, dict[str, Any]]:
+    """scenario -> system -> result; systems alternate within each scenario. A system
+    named in `only_in` runs only in the scenario given there."""
     results: dict[str, dict[str, Any]] = {}
     for scenario in scenarios:
         results[scenario] = {}
         for name, system in systems.items():
+            if (only_in or {}).get(name, scenario) != scenario:
+                continue
             print(f"peer scenario {scenario}: {name} ...", flush=True)
             result = await SCENARIO_RUNS[scenario](system, workers=workers, sizes=sizes)
             results[scenario][name] = result

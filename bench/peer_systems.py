@@ -41,6 +41,9 @@ REMOTE_QPS, REMOTE_BURST = 500.0, 1000
 SYSTEMS = {
     "dispatcher-fair": System(name="dispatcher-fair", kind="dispatcher",
                               worker_kueue=KUEUE_TUNED),
+    "dispatcher-fair-wait": System(name="dispatcher-fair-wait", kind="dispatcher",
+                                   worker_kueue=KUEUE_TUNED,
+                                   dispatcher={"workers": {"whenLost": "Wait"}}),
     "multikueue-default": System(name="multikueue-default", kind="multikueue",
                                  worker_kueue=KUEUE_DEFAULTS, manager_kueue=KUEUE_DEFAULTS),
     "dispatcher": System(name="dispatcher", kind="dispatcher"),
@@ -61,22 +64,25 @@ SYSTEMS = {
         multikueue=MultiKueueSettings(remote_qps=REMOTE_QPS, remote_burst=REMOTE_BURST)),
 }
 """In run order: the systems alternate, each on fresh clusters. The fair mode's workers
-run Kueue with the same settings as the tuned MultiKueue's workers. `multikueue-qps`
-raises only clientConnection (the issue's 1.3 jobs/s setting); `-tuned` also gives the
-Workload and TrainJob reconcilers 20 workers; `-remote-qps` also raises the rate limit
-of MultiKueue's clients for the workers (a rebuilt binary)."""
+run Kueue with the same settings as the tuned MultiKueue's workers; `-wait` keeps a
+lost worker's jobs there (`workers.whenLost: Wait`; only the frozen scenario differs).
+`multikueue-qps` raises only clientConnection (the issue's 1.3 jobs/s setting); `-tuned`
+also gives the Workload and TrainJob reconcilers 20 workers; `-remote-qps` also raises
+the rate limit of MultiKueue's clients for the workers (a rebuilt binary)."""
 
 
 def dispatcher_config(env: Environment, port: int) -> dict[str, Any]:
     fair = env.system.worker_kueue is not None
     queues = {"localQueue": QUEUE, "clusterQueue": QUEUE} if fair else {}
+    settings = dict(env.system.dispatcher)
+    workers = settings.pop("workers", {})
     return {
-        **env.system.dispatcher,
+        **settings,
         "managerKubeconfig": str(env.plane.clusters["manager"].kubeconfig_path),
         "claim": {"namespaces": [NAMESPACE]}, "mirror": {"origin": "bench"},
         "server": {"host": "127.0.0.1", "port": port},
         "client": DISPATCHER_CLIENT,
-        "workers": {"fromCRD": False, "probeIntervalSeconds": 2,
+        "workers": {**workers, "fromCRD": False, "probeIntervalSeconds": 2,
                     "lostTimeoutSeconds": env.lost_timeout_seconds, "static": [
                         {"name": w, "kubeconfig": str(env.plane.clusters[w].kubeconfig_path),
                          "quota": env.quota, **queues} for w in env.workers]},
