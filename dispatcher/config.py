@@ -155,7 +155,8 @@ class MirrorConfig(_Group):
     )
     requeue_backoff_seconds: float = Field(
         5.0, alias="requeueBackoffSeconds", ge=0,
-        description="Delay before an evicted job is placed again, doubled per eviction.",
+        description="Delay before an evicted job is placed again, doubled per eviction "
+                    "(none after its worker was lost: the job was not at fault).",
     )
 
 

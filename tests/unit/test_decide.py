@@ -234,10 +234,10 @@ ROWS: list[tuple[str, JobSnapshot, JobMemory, d.Action]] = [
     # worker lost
     ("worker lost past the timeout: evict", placed(worker=lost(75)), JobMemory(),
      d.Unplace("w", c.REASON_WORKER_LOST, "worker w lost for 75s (timeout); requeued",
-               eviction=True, evictions=1, backoff=2.0)),
+               eviction=True, evictions=1)),
     ("worker unregistered: evict", placed(worker=None), JobMemory(),
      d.Unplace("w", c.REASON_WORKER_LOST, "worker w is no longer registered; requeued",
-               eviction=True, evictions=1, backoff=2.0)),
+               eviction=True, evictions=1)),
     # blip
     ("blip: lost for 20 of 60 s, wait out the rest", placed(worker=lost(20)), JobMemory(),
      d.Requeue(40.05)),
@@ -322,7 +322,7 @@ def test_when_lost_wait_the_held_message_stays_the_same_while_the_worker_stays_l
                eviction=True)),
     (placed(worker=None),
      d.Unplace("w", c.REASON_WORKER_LOST, "worker w is no longer registered; requeued",
-               eviction=True, evictions=1, backoff=2.0)),
+               eviction=True, evictions=1)),
     (placed(job=job(placed=True, deleting=True), worker=lost(61)), d.DropFinalizer()),
 ], ids=["blip: wait out the timeout", "inactive, not lost", "drained by an admin: moves",
         "removed: moves", "deleted on the manager: given up on"])

@@ -12,7 +12,8 @@ in the order they are tried (`docs/architecture.md` draws the same arrows):
 - placed on a worker no longer registered -> evict (WorkerLost); lost past
   `workers.lostTimeoutSeconds` -> evict (WorkerLost), or with `workers.whenLost: Wait`
   hold it there and say so (a copy may still run on it), until the worker answers or
-  is drained; lost for less -> wait; inactive but not lost (a blip) -> wait;
+  is drained; lost for less -> wait; inactive but not lost (a blip) -> wait; a lost
+  worker's jobs are placed again at once (no backoff: they are not at fault);
 - placed on a draining worker -> evict, not counted toward `mirror.maxEvictions`;
 - placed, no mirror: a tombstone that finished -> finish; one that did not -> evict
   (MirrorGone); none -> create the mirror;
@@ -204,16 +205,18 @@ def _leave(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> Action
 
 
 def _evict(s: JobSnapshot, config: DispatcherConfig, reason: str, message: str, *,
-           counted: bool = True, exclude: bool = False) -> Unplace:
+           counted: bool = True, exclude: bool = False, backoff: bool = True) -> Unplace:
+    """Counted evictions wait `mirror.requeueBackoffSeconds` (doubled each time) before
+    the job is placed again, unless the job is not at fault (`backoff=False`)."""
     assert s.job is not None and s.placed_on is not None
     if not counted:
         return Unplace(s.placed_on, reason, f"{message}; requeued", eviction=True,
                        exclude=exclude)
     evictions = int(annotations_of(s.job).get(c.ANNOTATION_EVICTIONS, "0") or 0) + 1
-    backoff = config.mirror.requeue_backoff_seconds * 2 ** (evictions - 1)
+    delay = config.mirror.requeue_backoff_seconds * 2 ** (evictions - 1) if backoff else 0.0
     return Unplace(s.placed_on, reason, f"{message}; requeued", eviction=True,
                    evictions=evictions, fail=evictions >= config.mirror.max_evictions,
-                   backoff=backoff)
+                   backoff=delay)
 
 
 def _placed(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> Action:
@@ -226,7 +229,8 @@ def _placed(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> Actio
                        "suspended: mirror removed and quota released", eviction=False)
     worker = s.worker
     if worker is None:
-        return _evict(s, config, c.REASON_WORKER_LOST, f"worker {name} is no longer registered")
+        return _evict(s, config, c.REASON_WORKER_LOST, f"worker {name} is no longer registered",
+                      backoff=False)
     if not worker.usable:
         timeout = config.workers.lost_timeout_seconds
         if worker.lost_for is None:
@@ -236,7 +240,8 @@ def _placed(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> Actio
         if config.workers.when_lost is WhenWorkerLost.WAIT:
             return _hold_on_lost(s, config, worker)
         return _evict(s, config, c.REASON_WORKER_LOST,
-                      f"worker {name} lost for {int(worker.lost_for)}s ({worker.message})")
+                      f"worker {name} lost for {int(worker.lost_for)}s ({worker.message})",
+                      backoff=False)
     if worker.draining:
         return _evict(s, config, c.REASON_DRAINED, f"worker {name} is being drained",
                       counted=False)
