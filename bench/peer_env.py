@@ -44,6 +44,9 @@ DEFAULT_LOST_TIMEOUT_SECONDS = 900.0
 """Both systems' default: the dispatcher's lostTimeoutSeconds, MultiKueue's 15m."""
 
 KUEUE_DEFAULTS = KueueSettings()
+KUEUE_SHIPPED = KueueSettings(qps=50, burst=100, concurrency={"Workload.kueue.x-k8s.io": 5})
+"""What Kueue's shipped manifests configure (config/components/manager/
+controller_manager_config.yaml in v0.17.0): what a user who installs it gets."""
 KUEUE_QPS = KueueSettings(qps=500, burst=1000)
 """Kueue's own performance setup raises clientConnection to 500/1000."""
 KUEUE_TUNED = KueueSettings(

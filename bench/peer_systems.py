@@ -24,6 +24,7 @@ from bench.harness import DISPATCHER_CLIENT, RESULTS, wait_ready
 from bench.peer_env import (
     KUEUE_DEFAULTS,
     KUEUE_QPS,
+    KUEUE_SHIPPED,
     KUEUE_TUNED,
     NAMESPACE,
     QUEUE,
@@ -47,6 +48,8 @@ SYSTEMS = {
     "multikueue-default": System(name="multikueue-default", kind="multikueue",
                                  worker_kueue=KUEUE_DEFAULTS, manager_kueue=KUEUE_DEFAULTS),
     "dispatcher": System(name="dispatcher", kind="dispatcher"),
+    "multikueue-shipped": System(name="multikueue-shipped", kind="multikueue",
+                                 worker_kueue=KUEUE_SHIPPED, manager_kueue=KUEUE_SHIPPED),
     "multikueue-qps": System(name="multikueue-qps", kind="multikueue",
                              worker_kueue=KUEUE_QPS, manager_kueue=KUEUE_QPS),
     "multikueue-tuned": System(name="multikueue-tuned", kind="multikueue",
@@ -66,9 +69,11 @@ SYSTEMS = {
 """In run order: the systems alternate, each on fresh clusters. The fair mode's workers
 run Kueue with the same settings as the tuned MultiKueue's workers; `-wait` keeps a
 lost worker's jobs there (`workers.whenLost: Wait`; only the frozen scenario differs).
-`multikueue-qps` raises only clientConnection (the issue's 1.3 jobs/s setting); `-tuned`
-also gives the Workload and TrainJob reconcilers 20 workers; `-remote-qps` also raises
-the rate limit of MultiKueue's clients for the workers (a rebuilt binary)."""
+`multikueue-shipped` runs the configuration Kueue's manifests install (clientConnection
+50/100, 5 Workload reconcilers); `multikueue-qps` raises only clientConnection (the
+issue's 1.3 jobs/s setting); `-tuned` also gives the Workload and TrainJob reconcilers
+20 workers; `-remote-qps` also raises the rate limit of MultiKueue's clients for the
+workers (a rebuilt binary)."""
 
 
 def dispatcher_config(env: Environment, port: int) -> dict[str, Any]:
