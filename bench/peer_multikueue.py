@@ -45,7 +45,9 @@ from tests.factories import trainjob
 
 CONCURRENCY = 32
 DISPATCHER_MIN_CAP_SECONDS = 300.0
-"""The time cap is for the peer; the dispatcher gets at least this long."""
+DISPATCHER_MIN_RATE = 5.0
+"""The time cap is for the peer; the dispatcher gets at least DISPATCHER_MIN_CAP_SECONDS,
+and long enough to finish the burst at DISPATCHER_MIN_RATE jobs/s."""
 SETTLE_SECONDS = 3.0
 STATUS_RATE = 10.0
 STATUS_TIMEOUT_SECONDS = 30.0
@@ -193,7 +195,8 @@ async def run_system(system: System, *, jobs: int, workers: int, cap_seconds: fl
         cpu = CpuMeter({**plane_pids(env), **pids})
         before, reads_before = await _writes(env), await _worker_reads(env)
         cpu.start()
-        cap = (max(cap_seconds, DISPATCHER_MIN_CAP_SECONDS) if system.kind == "dispatcher"
+        cap = (max(cap_seconds, DISPATCHER_MIN_CAP_SECONDS, jobs / DISPATCHER_MIN_RATE)
+               if system.kind == "dispatcher"
                else cap_seconds)
         placed = await burst(env, watches, jobs=jobs, cap_seconds=cap, stages=stages,
                              worker_stages=worker_stages)
