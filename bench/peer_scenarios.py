@@ -161,9 +161,8 @@ async def frozen(system: System, *, workers: int, sizes: ScenarioSizes) -> dict[
                 if times:
                     result[name] = min(times) - frozen_at
             return result
-        holds = system.when_lost == "Wait"
         try:
-            if holds:
+            if system.when_lost == "Wait":
                 await asyncio.sleep(sizes.lost_timeout_seconds + sizes.hold_check_seconds)
             else:
                 await _until(lambda: len(moved()) == len(moving),
@@ -178,7 +177,7 @@ async def frozen(system: System, *, workers: int, sizes: ScenarioSizes) -> dict[
         cleanup = time.monotonic() - thawed_at
         kept = [n for n in moving if victim in occupancy.running.get(n, ())]
         return {
-            "when_lost": system.when_lost if system.kind == "dispatcher" else "Requeue",
+            "when_lost": system.when_lost,
             "jobs": jobs, "all_running_before_freeze": placed,
             "lost_timeout_seconds": sizes.lost_timeout_seconds,
             "quota_jobs_per_worker": per_worker,
