@@ -93,7 +93,8 @@ class JobWatch:
 
     `added`: first seen at all; `running`: first seen with `spec.suspend` not true
     (admitted by a worker's Kueue, or never suspended); `status_seen`: first seen with
-    the `status.jobsStatus` put in `expect_status` for that name beforehand.
+    the `status.jobsStatus` put in `expect_status` for that name beforehand; `finished`:
+    first seen with a true `Complete` or `Failed` condition, and which.
     """
 
     def __init__(self, client: ClusterClient, namespace: str, *, label: str = "bench") -> None:
@@ -103,6 +104,7 @@ class JobWatch:
         self.running: dict[str, float] = {}
         self.status_seen: dict[str, float] = {}
         self.expect_status: dict[str, Any] = {}
+        self.finished: dict[str, tuple[float, str]] = {}
         self.informer.add_handler(self._on)
         self.task = asyncio.create_task(self.informer.run(), name=f"{label}/{client.name}")
 
@@ -115,12 +117,48 @@ class JobWatch:
         if not (obj.get("spec") or {}).get("suspend"):
             self.running.setdefault(name, now)
         expected = self.expect_status.get(name)
-        if expected is not None and (obj.get("status") or {}).get("jobsStatus") == expected:
+        status = obj.get("status") or {}
+        if expected is not None and status.get("jobsStatus") == expected:
             self.status_seen.setdefault(name, now)
+        if name not in self.finished:
+            outcome = next((cond["type"] for cond in status.get("conditions") or []
+                            if cond.get("type") in ("Complete", "Failed")
+                            and cond.get("status") == "True"), None)
+            if outcome is not None:
+                self.finished[name] = (now, outcome)
 
     async def stop(self) -> None:
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
+
+
+RUNNING_STATUS = [{"name": "node", "active": 1, "ready": 1, "succeeded": 0, "failed": 0,
+                   "suspended": 0}]
+"""The `status.jobsStatus` a trainer reports for a running one-node job."""
+
+
+async def paced_status_changes(clients: dict[str, ClusterClient], where: dict[str, str],
+                               manager_watch: JobWatch, names: list[str], *, namespace: str,
+                               rate: float) -> dict[str, float]:
+    """Patch each remote job's status to RUNNING_STATUS, `rate` a second, as trainers
+    report: a steady stream while jobs are in flight, so each change is timed on its own
+    rather than as the drain of a burst. `where` names each job's cluster in `clients`;
+    `manager_watch` is told what to expect. Returns when each change was sent."""
+    patched_at: dict[str, float] = {}
+
+    async def patch(name: str) -> None:
+        manager_watch.expect_status[name] = RUNNING_STATUS
+        patched_at[name] = time.monotonic()
+        await Resource(clients[where[name]], TRAINJOBS).merge_patch(
+            name, {"status": {"jobsStatus": RUNNING_STATUS}}, namespace=namespace,
+            subresource="status")
+
+    tasks = []
+    for name in names:
+        tasks.append(asyncio.create_task(patch(name)))
+        await asyncio.sleep(1 / rate)
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return patched_at
 
 
 def proc_cpu_seconds(pid: int) -> float:

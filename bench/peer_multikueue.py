@@ -27,7 +27,16 @@ import json
 import time
 from typing import Any
 
-from bench.harness import RESULTS, CpuMeter, JobWatch, bounded, percentiles, proc_peak_rss_mb
+from bench.harness import (
+    RESULTS,
+    CpuMeter,
+    JobWatch,
+    bounded,
+    paced_status_changes,
+    percentiles,
+    proc_peak_rss_mb,
+    wait_for,
+)
 from bench.peer_env import NAMESPACE, QUEUE, Environment, System, environment
 from bench.peer_measure import (
     READ_VERBS,
@@ -51,8 +60,6 @@ and long enough to finish the burst at DISPATCHER_MIN_RATE jobs/s."""
 SETTLE_SECONDS = 3.0
 STATUS_RATE = 10.0
 STATUS_TIMEOUT_SECONDS = 30.0
-RUNNING = [{"name": "node", "active": 1, "ready": 1, "succeeded": 0, "failed": 0,
-            "suspended": 0}]
 
 
 def plane_pids(env: Environment) -> dict[str, int]:
@@ -135,26 +142,11 @@ async def status_sync(env: Environment, manager_watch: JobWatch, where: dict[str
                       sample: int) -> dict[str, Any]:
     """Patch the status of `sample` running remote jobs; time each until the manager."""
     names = sorted(where)[:sample]
-    patched_at: dict[str, float] = {}
-
-    async def patch(name: str) -> None:
-        manager_watch.expect_status[name] = RUNNING
-        patched_at[name] = time.monotonic()
-        await Resource(env.clients[where[name]], TRAINJOBS).merge_patch(
-            name, {"status": {"jobsStatus": RUNNING}}, namespace=NAMESPACE,
-            subresource="status")
-
-    tasks = []
-    for name in names:
-        tasks.append(asyncio.create_task(patch(name)))
-        await asyncio.sleep(1 / STATUS_RATE)
-    await asyncio.gather(*tasks, return_exceptions=True)
-    deadline = time.monotonic() + STATUS_TIMEOUT_SECONDS
-    while (len([n for n in names if n in manager_watch.status_seen]) < len(names)  # noqa: ASYNC110
-           and time.monotonic() < deadline):
-        await asyncio.sleep(0.05)
-    synced = [manager_watch.status_seen[n] - patched_at[n] for n in names
-              if n in manager_watch.status_seen]
+    patched_at = await paced_status_changes(env.clients, where, manager_watch, names,
+                                            namespace=NAMESPACE, rate=STATUS_RATE)
+    seen = manager_watch.status_seen
+    await wait_for(lambda: all(n in seen for n in names), timeout=STATUS_TIMEOUT_SECONDS)
+    synced = [seen[n] - patched_at[n] for n in names if n in seen]
     return {"changes": len(names), "synced": len(synced), "rate_per_second": STATUS_RATE,
             "latency": percentiles(synced)}
 

@@ -3,8 +3,9 @@
 - `plot_burst(result, path)`: create -> remote running latency CDF of every system in
   the burst (log scale) beside its placement throughput (bars, log scale).
 - `plot_scenarios(results, path)`: the steady rate's latency CDFs, the jobs running
-  over time under oversubscribed quota (with the quota as a line), and the seconds
-  until a frozen worker's jobs ran elsewhere (p50 and max).
+  over time under oversubscribed quota (with the quota as a line), the seconds until a
+  frozen worker's jobs ran elsewhere (p50 and max), and short jobs Complete on the
+  manager over time.
 """
 
 from __future__ import annotations
@@ -87,6 +88,15 @@ def plot_scenarios(results: dict[str, dict[str, Any]], path: Path) -> None:
             axis.set_xlabel("seconds since the first create")
             axis.set_ylabel("jobs running on workers")
             axis.set_title("demand 3x the quota")
+        elif scenario == "complete":
+            for name, result in systems.items():
+                times = result.get("timeline", [])
+                axis.step([0.0, *times], range(len(times) + 1), where="post", label=name)
+            jobs = next(iter(systems.values()))["jobs"]
+            axis.axhline(jobs, color="red", linestyle="--", label="all jobs")
+            axis.set_xlabel("seconds since the first create")
+            axis.set_ylabel("jobs Complete on the manager")
+            axis.set_title("short jobs until all Complete")
         elif scenario == "frozen":
             names = list(systems)
             p50 = [systems[n]["freeze_to_running_elsewhere"].get("p50_s", 0) for n in names]

@@ -20,6 +20,10 @@ TrainJobs, and the harness's own watches of the workers (bench/peer_occupancy.py
   and on any worker, against what the quota allows, over a fixed window.
 - `steady`: jobs created at a steady rate for a fixed time rather than in a burst;
   create -> remote running latency p50/p95/p99 of those that ran.
+- `complete`: short jobs (`complete_run_seconds` each), three times what the quotas hold
+  at once, in a burst; the seconds until all of them are Complete on the manager, beside
+  the least it could take (three waves of the run time), and create -> Complete on the
+  manager p50/p95/p99.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from bench.harness import bounded, percentiles
+from bench.harness import JobWatch, bounded, percentiles
 from bench.peer_env import NAMESPACE, QUEUE, Environment, System, environment
 from bench.peer_measure import WorkloadStages, steps
 from bench.peer_occupancy import Occupancy
@@ -42,7 +46,7 @@ from dispatcher.kube.resource import Resource
 from dispatcher.localcluster.simulated_trainer import RUN_SECONDS_ANNOTATION, SimulatedTrainer
 from tests.factories import trainjob
 
-SCENARIOS = ("frozen", "oversubscribed", "steady")
+SCENARIOS = ("frozen", "oversubscribed", "steady", "complete")
 JOB_CPU, JOB_MEMORY_GI = 1, 2
 """What one job asks for (the sample runtime: one node, 1 CPU, 2Gi)."""
 RUN_SECONDS = 3600.0
@@ -68,19 +72,22 @@ class ScenarioSizes:
     steady_seconds: float = 120.0
     steady_tail_seconds: float = 300.0
     """After the last create: how long the last jobs may take to run."""
+    complete_run_seconds: float = 10.0
+    complete_timeout_seconds: float = 600.0
 
 
 QUICK_SIZES = ScenarioSizes(frozen_jobs_per_worker=6, place_timeout_seconds=90.0,
                             move_timeout_seconds=90.0, cleanup_timeout_seconds=90.0,
                             hold_check_seconds=20.0,
                             quota_cpu_per_worker=4, oversubscribed_window_seconds=60.0,
-                            steady_seconds=30.0, steady_tail_seconds=60.0)
+                            steady_seconds=30.0, steady_tail_seconds=60.0,
+                            complete_timeout_seconds=180.0)
 
 
-def _job(name: str) -> dict[str, Any]:
+def _job(name: str, run_seconds: float = RUN_SECONDS) -> dict[str, Any]:
     return trainjob(name, NAMESPACE, managed_by=MANAGED_BY_MULTIKUEUE,
                     labels={c.LABEL_KUEUE_QUEUE: QUEUE},
-                    annotations={RUN_SECONDS_ANNOTATION: str(RUN_SECONDS)})
+                    annotations={RUN_SECONDS_ANNOTATION: str(run_seconds)})
 
 
 class Creator:
@@ -90,13 +97,14 @@ class Creator:
         self.jobs = Resource(env.clients["manager"], TRAINJOBS)
         self.created_at: dict[str, float] = {}
 
-    async def create(self, name: str) -> None:
-        await self.jobs.create(_job(name), namespace=NAMESPACE)
+    async def create(self, name: str, run_seconds: float = RUN_SECONDS) -> None:
+        await self.jobs.create(_job(name, run_seconds), namespace=NAMESPACE)
         self.created_at[name] = time.monotonic()
 
-    async def burst(self, count: int, prefix: str = "job") -> list[str]:
+    async def burst(self, count: int, prefix: str = "job",
+                    run_seconds: float = RUN_SECONDS) -> list[str]:
         names = [f"{prefix}-{i:05d}" for i in range(count)]
-        await bounded(CREATE_CONCURRENCY, [self.create(n) for n in names])
+        await bounded(CREATE_CONCURRENCY, [self.create(n, run_seconds) for n in names])
         return names
 
 
@@ -269,7 +277,40 @@ async def steady(system: System, *, workers: int, sizes: ScenarioSizes) -> dict[
         }
 
 
-SCENARIO_RUNS = {"frozen": frozen, "oversubscribed": oversubscribed, "steady": steady}
+async def complete(system: System, *, workers: int, sizes: ScenarioSizes) -> dict[str, Any]:
+    allowed_per_worker = sizes.quota_cpu_per_worker // JOB_CPU
+    allowed = allowed_per_worker * workers
+    jobs, waves = 3 * allowed, 3
+    async with running_system(system, workers=workers, log_name=f"{system.name}-complete",
+                              quota=_quota(allowed_per_worker),
+                              manager_quota=_quota(allowed)) as (env, _occupancy):
+        manager = JobWatch(env.clients["manager"], NAMESPACE, label="complete")
+        await manager.informer.synced.wait()
+        creator = Creator(env)
+        started = time.monotonic()
+        names = await creator.burst(jobs, prefix="short", run_seconds=sizes.complete_run_seconds)
+        await _until(lambda: len(manager.finished) >= jobs,
+                     started + sizes.complete_timeout_seconds)
+        await manager.stop()
+        finished = {n: manager.finished[n] for n in names if n in manager.finished}
+        complete = {n: at for n, (at, outcome) in finished.items() if outcome == "Complete"}
+        last = max(complete.values(), default=None)
+        return {
+            "jobs": jobs, "allowed_at_once": allowed, "run_seconds": sizes.complete_run_seconds,
+            "timeout_seconds": sizes.complete_timeout_seconds,
+            "complete": len(complete), "failed": len(finished) - len(complete),
+            "seconds_until_all_complete": (round(last - started, 1)
+                                           if last is not None and len(complete) == jobs
+                                           else None),
+            "least_possible_seconds": waves * sizes.complete_run_seconds,
+            "create_to_complete": percentiles([at - creator.created_at[n]
+                                               for n, at in complete.items()]),
+            "timeline": [round(at - started, 2) for at in sorted(complete.values())],
+        }
+
+
+SCENARIO_RUNS = {"frozen": frozen, "oversubscribed": oversubscribed, "steady": steady,
+                 "complete": complete}
 
 
 async def run_scenarios(systems: dict[str, System], *, workers: int, scenarios: list[str],

@@ -35,6 +35,7 @@ from bench.harness import (
     RunningDispatcher,
     bounded,
     create_claimed,
+    paced_status_changes,
     percentiles,
     plane_pids,
     wait_for,
@@ -49,8 +50,6 @@ from tests.factories import trainjob
 
 STATUS_RATE = 50.0
 """Status changes a second in the status-sync scenarios."""
-RUNNING_STATUS = [{"name": "node", "active": 1, "ready": 1, "succeeded": 0, "failed": 0,
-                   "suspended": 0}]
 PAGE_REQUESTS = 20
 """GETs of each status page endpoint per measurement: for `/api/status` half build a
 fresh view, half get the one just built (a view is reused for CACHE_SECONDS)."""
@@ -144,22 +143,8 @@ async def status_sync(clients: dict[str, ClusterClient], watchers: dict[str, Job
                       manager_watch: JobWatch, names: list[str]) -> list[float]:
     """Patch mirror statuses as the trainer would; time until the manager shows them."""
     where = {name: w for w, watcher in watchers.items() for name in watcher.added}
-    patched_at: dict[str, float] = {}
-
-    async def patch(name: str) -> None:
-        manager_watch.expect_status[name] = RUNNING_STATUS
-        patched_at[name] = time.monotonic()
-        await Resource(clients[where[name]], TRAINJOBS).merge_patch(
-            name, {"status": {"jobsStatus": RUNNING_STATUS}}, namespace=NAMESPACE,
-            subresource="status")
-
-    # A steady stream of status changes (STATUS_RATE a second) while every job is in
-    # flight, as trainers report: the latency of each, not the drain time of a burst.
-    tasks = []
-    for name in names:
-        tasks.append(asyncio.create_task(patch(name)))
-        await asyncio.sleep(1 / STATUS_RATE)
-    await asyncio.gather(*tasks)
+    patched_at = await paced_status_changes(clients, where, manager_watch, names,
+                                            namespace=NAMESPACE, rate=STATUS_RATE)
     seen = manager_watch.status_seen
     await wait_for(lambda: len(seen) >= len(names), timeout=60)
     return [seen[n] - patched_at[n] for n in names if n in seen]

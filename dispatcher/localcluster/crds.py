@@ -8,7 +8,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import yaml
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import CRDS, Resource
@@ -17,6 +19,9 @@ if TYPE_CHECKING:
     from dispatcher.localcluster.cluster import LocalCluster
 
 FIELD_MANAGER = "trainjob-dispatcher-localcluster"
+APPLY_ATTEMPTS = 4
+"""Tries of each CRD's apply: on a start of many API servers sharing few cores, a large
+CRD's apply can outlast the client timeout; a server-side apply is safe to repeat."""
 
 
 def load_manifests(files: Iterable[Path]) -> list[dict[str, Any]]:
@@ -49,6 +54,15 @@ async def wait_established(crds: Resource, names: list[str], *, timeout: float =
             await asyncio.sleep(0.1)
 
 
+async def _apply(crds: Resource, manifest: dict[str, Any]) -> None:
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception_type((TimeoutError, aiohttp.ClientError)),
+        stop=stop_after_attempt(APPLY_ATTEMPTS), wait=wait_exponential(max=5), reraise=True,
+    ):
+        with attempt:
+            await crds.apply(manifest, field_manager=FIELD_MANAGER)
+
+
 async def install_crds(cluster: LocalCluster, files: Iterable[Path]) -> None:
     """Server-side apply each CRD in `files` and wait until all are established."""
     manifests = load_manifests(files)
@@ -57,9 +71,7 @@ async def install_crds(cluster: LocalCluster, files: Iterable[Path]) -> None:
     client = await admin_client(cluster)
     try:
         crds = Resource(client, CRDS)
-        await asyncio.gather(
-            *(crds.apply(m, field_manager=FIELD_MANAGER) for m in manifests)
-        )
+        await asyncio.gather(*(_apply(crds, m) for m in manifests))
         await wait_established(crds, [m["metadata"]["name"] for m in manifests])
     finally:
         await client.close()
