@@ -2,7 +2,7 @@
 
     python -m bench --peer multikueue --quick
     python -m bench --peer multikueue --workers 3,10 --jobs 1000,5000 --peer-minutes 10 \\
-        --scenarios burst,frozen,oversubscribed,steady
+        --scenarios burst,frozen,oversubscribed,steady,complete
 
 For every worker count: the burst (bench/peer_multikueue.py) for every job count, every
 system in turn, then the behaviour scenarios (bench/peer_scenarios.py) for the scenario

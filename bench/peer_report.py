@@ -232,10 +232,11 @@ def scenario_markdown(results: dict[str, dict[str, Any]], *, workers: int,
                       settings: dict[str, Any], sizes: dict[str, Any]) -> str:
     parts = [f"# Peer benchmark: behaviour, {workers} workers", "",
              "Each system on fresh clusters with the same simulated trainer on every worker "
-             "(jobs run for an hour once unsuspended) and the same TrainJobs; every number "
-             "comes from the harness's own watches of the workers. A copy runs when it is "
-             "present, not suspended and not finished; a copy on a frozen worker counts as "
-             "running until it is seen gone after the thaw (its pods would go on running).",
+             "(jobs run for an hour once unsuspended; in `complete`, for its run time) and the "
+             "same TrainJobs; every number comes from the harness's own watches of the "
+             "workers and the manager. A copy runs when it is present, not suspended and not "
+             "finished; a copy on a frozen worker counts as running until it is seen gone "
+             "after the thaw (its pods would go on running).",
              ""]
     render = {"frozen": _frozen, "oversubscribed": _oversubscribed, "steady": _steady,
               "complete": _complete}
