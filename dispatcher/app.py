@@ -9,9 +9,11 @@ restarted dispatcher never books the same quota twice.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES
@@ -137,6 +139,12 @@ class Dispatcher:
     def status_view(self, offset: int = 0, limit: int = 50) -> StatusView:
         """The status page's view from the caches (the jobs this dispatcher claims); what
         `dispatcher jobs` and `dispatcher cluster list` would show from the objects."""
+        return self.status_view_build(offset, limit)()
+
+    def status_view_build(self, offset: int = 0, limit: int = 50) -> Callable[[], StatusView]:
+        """`status_view` in two steps: its inputs taken now, from the caches, and the build
+        returned to run later, in a thread. The cached objects are replaced on change,
+        never changed in place, so the build sees a consistent set."""
         workers: list[WorkerRow] = []
         jobs: list[dict[str, Any]] = []
         priorities: dict[str, int] = {}
@@ -150,10 +158,10 @@ class Dispatcher:
         if self.jobs is not None and self._scheduling is not None:
             jobs = [j for j in self.jobs.trainjobs.store.values() if self.jobs.claimed(j)]
             priorities = {p.key: p.priority for p in self._scheduling.pending.values()}
-        return build_view(workers=workers, jobs=jobs, managed_by=self.config.claim.managed_by,
-                          priorities=priorities,
-                          events=list(self._events.recent) if self._events else [],
-                          offset=offset, limit=limit)
+        return functools.partial(
+            build_view, workers=workers, jobs=jobs, managed_by=self.config.claim.managed_by,
+            priorities=priorities, events=list(self._events.recent) if self._events else [],
+            offset=offset, limit=limit)
 
     def _on_worker_change(self, worker: WorkerConnection) -> None:
         assert self.jobs is not None and self._worker_clusters is not None
@@ -266,10 +274,11 @@ class Dispatcher:
         """Serve health and metrics; work (alone, or while holding the Lease)."""
         cfg = self.config
         manager = await self._manager_client()
+        status = self.status_view_build if cfg.server.status_page else None
         self.server = HealthServer(registry=self.metrics.registry, host=cfg.server.host,
                                    port=cfg.server.port, ready=self.ready.is_set,
                                    role=lambda: "leader" if self.leading else "standby",
-                                   status=self.status_view if cfg.server.status_page else None)
+                                   status=status)
         await self.server.start()
         log.info("serving /metrics, /healthz, /readyz on %s:%d", cfg.server.host,
                  self.server.port)
