@@ -35,6 +35,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
+from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.informer import ADDED, MODIFIED, Informer
 from dispatcher.kube.resource import NAMESPACES, Resource
@@ -88,6 +89,9 @@ async def wait_for(condition: Callable[[], bool], *, timeout: float,
     return True
 
 
+_TRAINJOB = TrainJobKind()
+
+
 class JobWatch:
     """First-seen timestamps of the TrainJobs in one namespace of one cluster.
 
@@ -121,11 +125,9 @@ class JobWatch:
         if expected is not None and status.get("jobsStatus") == expected:
             self.status_seen.setdefault(name, now)
         if name not in self.finished:
-            outcome = next((cond["type"] for cond in status.get("conditions") or []
-                            if cond.get("type") in ("Complete", "Failed")
-                            and cond.get("status") == "True"), None)
-            if outcome is not None:
-                self.finished[name] = (now, outcome)
+            finished = _TRAINJOB.finished(status)
+            if finished is not None:
+                self.finished[name] = (now, finished["type"])
 
     async def stop(self) -> None:
         self.task.cancel()

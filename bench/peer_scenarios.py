@@ -41,7 +41,7 @@ from bench.peer_measure import WorkloadStages, steps
 from bench.peer_occupancy import Occupancy
 from bench.peer_systems import controllers
 from dispatcher.api import constants as c
-from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
+from dispatcher.api.trainer import CONDITION_COMPLETE, MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.resource import Resource
 from dispatcher.localcluster.simulated_trainer import RUN_SECONDS_ANNOTATION, SimulatedTrainer
 from tests.factories import trainjob
@@ -293,7 +293,7 @@ async def complete(system: System, *, workers: int, sizes: ScenarioSizes) -> dic
                      started + sizes.complete_timeout_seconds)
         await manager.stop()
         finished = {n: manager.finished[n] for n in names if n in manager.finished}
-        complete = {n: at for n, (at, outcome) in finished.items() if outcome == "Complete"}
+        complete = {n: at for n, (at, outcome) in finished.items() if outcome == CONDITION_COMPLETE}
         last = max(complete.values(), default=None)
         return {
             "jobs": jobs, "allowed_at_once": allowed, "run_seconds": sizes.complete_run_seconds,
