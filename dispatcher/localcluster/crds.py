@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import yaml
+from kubernetes_asyncio.client.exceptions import ApiException
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from dispatcher.kube.client import ClientSettings, ClusterClient
-from dispatcher.kube.resource import CRDS, Resource
+from dispatcher.kube.resource import CRDS, Resource, ResourceKind
 
 if TYPE_CHECKING:
     from dispatcher.localcluster.cluster import LocalCluster
@@ -54,6 +55,32 @@ async def wait_established(crds: Resource, names: list[str], *, timeout: float =
             await asyncio.sleep(0.1)
 
 
+def served_kind(manifest: dict[str, Any]) -> ResourceKind:
+    """The resource a CRD serves, at its storage version."""
+    spec = manifest["spec"]
+    version = next(v["name"] for v in spec["versions"] if v.get("storage"))
+    return ResourceKind(spec["group"], version, spec["names"]["plural"],
+                        namespaced=spec["scope"] == "Namespaced")
+
+
+async def wait_listable(client: ClusterClient, manifests: list[dict[str, Any]], *,
+                        timeout: float = 30.0) -> None:
+    """Wait until every CRD's resource can be listed: an established CRD's watch cache
+    may still be initializing, and until it is, reads answer 429 ("storage is
+    (re)initializing")."""
+    deadline = time.monotonic() + timeout
+    for manifest in manifests:
+        resource = Resource(client, served_kind(manifest))
+        while True:
+            try:
+                await resource.list()
+                break
+            except ApiException as error:
+                if error.status != 429 or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.1)
+
+
 async def _apply(crds: Resource, manifest: dict[str, Any]) -> None:
     async for attempt in AsyncRetrying(
         retry=retry_if_exception_type((TimeoutError, aiohttp.ClientError)),
@@ -73,5 +100,6 @@ async def install_crds(cluster: LocalCluster, files: Iterable[Path]) -> None:
         crds = Resource(client, CRDS)
         await asyncio.gather(*(_apply(crds, m) for m in manifests))
         await wait_established(crds, [m["metadata"]["name"] for m in manifests])
+        await wait_listable(client, manifests)
     finally:
         await client.close()

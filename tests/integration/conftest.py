@@ -15,14 +15,15 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import yaml
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINJOBS
 from dispatcher.app import Dispatcher
 from dispatcher.config import DispatcherConfig
 from dispatcher.kube.client import ClusterClient
-from dispatcher.kube.resource import Resource
+from dispatcher.kube.resource import Resource, ResourceKind
 from dispatcher.localcluster import LocalControlPlane
-from tests.factories import condition
+from tests.factories import condition, trainjob
 
 SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
 DEFAULT_QUOTA = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "16"}
@@ -163,3 +164,66 @@ async def complete_mirror(admin_clients: dict[str, ClusterClient], worker: str, 
     await Resource(admin_clients[worker], TRAINJOBS).merge_patch(name, {"status": {
         "conditions": [condition("Complete", "AllJobsCompleted", "done")]}},
         namespace=namespace, subresource="status")
+
+
+_VAP = ResourceKind("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
+                    namespaced=False)
+_VAP_BINDING = ResourceKind("admissionregistration.k8s.io", "v1",
+                            "validatingadmissionpolicybindings", namespaced=False)
+
+
+@contextlib.asynccontextmanager
+async def trainjobs_refused(client: ClusterClient, namespace: str, operation: str,
+                            message: str) -> AsyncIterator[None]:
+    """While inside, `client`'s cluster refuses `operation` (CREATE or DELETE) on the
+    TrainJobs of `namespace`, as an admission webhook would: a real
+    ValidatingAdmissionPolicy, in force (probed) before the body runs."""
+    policy = f"refuse-{operation.lower()}-{namespace}"
+    subject = "oldObject" if operation == "DELETE" else "object"
+    policies, bindings = Resource(client, _VAP), Resource(client, _VAP_BINDING)
+    await policies.create({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": policy},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["*"],
+                "operations": [operation], "resources": ["trainjobs"]}]},
+            "validations": [{"expression": f"{subject}.metadata.namespace != '{namespace}'",
+                             "message": message}],
+        },
+    })
+    await bindings.create({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": policy},
+        "spec": {"policyName": policy, "validationActions": ["Deny"]},
+    })
+    jobs = Resource(client, TRAINJOBS)
+    probe = f"probe-{operation.lower()}"
+
+    async def in_force() -> bool:
+        try:
+            await jobs.create(trainjob(probe, namespace), namespace=namespace)
+        except ApiException:
+            if operation == "CREATE":
+                return True
+            raise
+        try:
+            await jobs.delete(probe, namespace=namespace)
+        except ApiException:
+            if operation == "DELETE":
+                return True
+            raise
+        return False
+    try:
+        await eventually(in_force, timeout=10, interval=0.2)
+        yield
+    finally:
+        await bindings.delete(policy)
+        await policies.delete(policy)
+        if operation == "DELETE":
+            async def probe_deleted() -> bool:
+                with contextlib.suppress(ApiException):
+                    await jobs.delete(probe, namespace=namespace)
+                return await jobs.get(probe, namespace=namespace) is None
+            await eventually(probe_deleted, timeout=10, interval=0.2)

@@ -9,16 +9,12 @@ import pytest
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
-from dispatcher.kube.resource import EVENTS, Resource, ResourceKind
+from dispatcher.kube.resource import EVENTS, Resource
 from tests.factories import condition, trainjob
-from tests.integration.conftest import StartDispatcher, eventually
+from tests.integration.conftest import StartDispatcher, eventually, trainjobs_refused
 
 pytestmark = pytest.mark.integration
 WORKERS = ("worker-a", "worker-b")
-_VAP = ResourceKind("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
-                    namespaced=False)
-_VAP_BINDING = ResourceKind("admissionregistration.k8s.io", "v1",
-                            "validatingadmissionpolicybindings", namespaced=False)
 
 
 def a_roomier_than_b(kubeconfigs: dict[str, str]) -> list[dict[str, Any]]:
@@ -237,29 +233,8 @@ async def test_worker_that_rejects_the_mirror_leads_elsewhere_with_the_reason(
     worker_kubeconfigs: dict[str, str],
 ) -> None:
     # worker-a refuses TrainJobs in this namespace, as an admission webhook would.
-    policy = f"deny-{namespace}"
-    admission = Resource(admin_clients["worker-a"], _VAP)
-    await admission.create({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": policy},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["*"],
-                "operations": ["CREATE"], "resources": ["trainjobs"]}]},
-            "validations": [{"expression": f"object.metadata.namespace != '{namespace}'",
-                             "message": "runtime torch-distributed is not allowed here"}],
-        },
-    })
-    await Resource(admin_clients["worker-a"], _VAP_BINDING).create({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": policy},
-        "spec": {"policyName": policy, "validationActions": ["Deny"]},
-    })
-    try:
-        await _wait_policy_active(admin_clients, namespace)
+    async with trainjobs_refused(admin_clients["worker-a"], namespace, "CREATE",
+                                 "runtime torch-distributed is not allowed here"):
         await start_dispatcher(workers={"static": a_roomier_than_b(worker_kubeconfigs)})
         manager = jobs_on(admin_clients, "manager")
         await manager.create(trainjob("picky", namespace, managed_by=MANAGED_BY_MULTIKUEUE),
@@ -269,22 +244,6 @@ async def test_worker_that_rejects_the_mirror_leads_elsewhere_with_the_reason(
                                                        c.REASON_MIRROR_REJECTED))
         assert "not allowed here" in events[0]["note"]
         assert await jobs_on(admin_clients, "worker-a").get("picky", namespace=namespace) is None
-    finally:
-        await Resource(admin_clients["worker-a"], _VAP_BINDING).delete(policy)
-        await admission.delete(policy)
-
-
-async def _wait_policy_active(clients: dict[str, ClusterClient], namespace: str) -> None:
-    probe = jobs_on(clients, "worker-a")
-
-    async def denied() -> bool:
-        try:
-            await probe.create(trainjob("probe", namespace), namespace=namespace)
-        except Exception:
-            return True
-        await probe.delete("probe", namespace=namespace)
-        return False
-    await eventually(denied, timeout=10, interval=0.2)
 
 
 async def test_suspend_removes_the_mirror_and_resume_places_again(

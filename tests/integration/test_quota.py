@@ -13,7 +13,12 @@ from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
 from tests.factories import trainjob
-from tests.integration.conftest import StartDispatcher, complete_mirror, eventually
+from tests.integration.conftest import (
+    StartDispatcher,
+    complete_mirror,
+    eventually,
+    trainjobs_refused,
+)
 
 pytestmark = pytest.mark.integration
 MEMORY = "256Gi"
@@ -97,6 +102,48 @@ async def test_exactly_the_jobs_that_fit_are_placed_and_a_restart_books_nothing_
     await eventually(next_placed, timeout=10)
     await asyncio.sleep(1.0)
     assert await mirror_counts(admin_clients, namespace) == {"worker-a": 4, "worker-b": 6}
+
+
+async def test_a_finished_jobs_quota_goes_to_the_next_job_before_its_mirror_is_deleted(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
+    worker_kubeconfigs: dict[str, str],
+) -> None:
+    """A finished mirror runs nothing: its quota is free once the manager records the
+    end, even while the worker will not let the mirror be deleted; the mirror and the
+    finalizer go once it does."""
+    config = {"workers": {"static": static(worker_kubeconfigs, worker_a=1)}}
+    dispatcher = await start_dispatcher(**config)
+    manager = Resource(admin_clients["manager"], TRAINJOBS)
+    worker = Resource(admin_clients["worker-a"], TRAINJOBS)
+    await create_jobs(admin_clients, namespace, ["first"])
+    await eventually(lambda: _counts_are(admin_clients, namespace, 1, 0))
+    await create_jobs(admin_clients, namespace, ["second"])
+    reason = await eventually(lambda: _waiting_reason(admin_clients, namespace, "second"))
+    assert reason["reason"] == c.REASON_WAITING_FOR_QUOTA
+    async with trainjobs_refused(admin_clients["worker-a"], namespace, "DELETE",
+                                 "mirrors stay here for now"):
+        await complete_mirror(admin_clients, "worker-a", "first", namespace)
+
+        async def second_placed() -> bool:
+            return (await placement(admin_clients, namespace))["second"] == "worker-a"
+        await eventually(second_placed, timeout=15)
+        first = await manager.get("first", namespace=namespace)
+        assert first is not None and c.FINALIZER in first["metadata"]["finalizers"]
+        assert any(x["type"] == "Complete" and x["status"] == "True"
+                   for x in first["status"]["conditions"])
+        assert await worker.get("first", namespace=namespace) is not None
+        # A restart now books the second job and not the finished first one.
+        await start_dispatcher.stop(dispatcher)
+        dispatcher = await start_dispatcher(**config)
+        assert dispatcher.ledger.used("worker-a")["cpu"] == 1
+        assert first["metadata"]["uid"] not in dispatcher.ledger
+
+    async def first_left() -> bool:
+        job = await manager.get("first", namespace=namespace)
+        return (job is not None and not job["metadata"].get("finalizers")
+                and await worker.get("first", namespace=namespace) is None)
+    await eventually(first_left, timeout=30)
+    assert (await placement(admin_clients, namespace))["second"] == "worker-a"
 
 
 async def _counts_are(admin_clients: dict[str, ClusterClient], namespace: str, a: int,

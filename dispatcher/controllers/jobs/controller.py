@@ -322,11 +322,16 @@ class JobsController:
         return done
 
     async def _finish(self, s: JobSnapshot, action: Finish) -> None:  # then: leave
-        """Final status sync; then the job leaves as finished (mirror deleted, finalizer)."""
+        """Final status sync; then the job leaves as finished (mirror deleted, finalizer).
+
+        A finished mirror runs nothing, so its quota is released as soon as the manager
+        records the end, as Kueue releases a finished Workload's: the next job need not
+        wait for the mirror's deletion."""
         assert s.job is not None
         kind_of_end = action.finished.get("type")
         await self.manager.set_placed(s.job, action.mirror, reason=c.REASON_FINISHED,
                                       message=f"{kind_of_end} on worker {action.worker}")
+        self._release(s.uid)
         self.events.record(s.job, reason=c.REASON_FINISHED,
                            message=f"{kind_of_end} on worker {action.worker}: "
                                    f"{action.finished.get('reason', '')}",
@@ -401,11 +406,12 @@ class JobsController:
         return resources.maximum([recorded, computed or {}])
 
     def rebuild_ledger(self) -> int:
-        """Book every placed job from the manager's annotations; before any placement."""
+        """Book every placed, unfinished job from the manager's annotations; before any
+        placement."""
         booked = 0
         for job in self.trainjobs.store.values():
             worker = annotations_of(job).get(c.ANNOTATION_CLUSTER)
-            if (worker and self.claimed(job)
+            if (worker and self.claimed(job) and self.kind.finished(job.get("status")) is None
                     and c.FINALIZER in (job["metadata"].get("finalizers") or [])):
                 self.ledger.book(Booking(job["metadata"]["uid"], job_key(job), worker,
                                          self.booked_demand(job)))
