@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from bench.harness import JobWatch, bounded, percentiles
+from bench.harness import JobWatch, bounded, percentiles, wait_for
 from bench.peer_env import NAMESPACE, QUEUE, Environment, System, environment
 from bench.peer_measure import WorkloadStages, steps
 from bench.peer_occupancy import Occupancy
@@ -128,12 +128,9 @@ async def running_system(system: System, *, workers: int, log_name: str,
             await asyncio.gather(*trainers, return_exceptions=True)
 
 
-async def _until(predicate: Any, deadline: float) -> bool:
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.1)
-    return True
+async def _until(predicate: Callable[[], bool], deadline: float) -> bool:
+    """`wait_for` up to a moment on the monotonic clock rather than for a span."""
+    return await wait_for(predicate, timeout=deadline - time.monotonic(), interval=0.1)
 
 
 def _quota(jobs: int) -> dict[str, str]:

@@ -28,6 +28,7 @@ from tests.integration.kueue.conftest import (
     HubDispatchers,
     KueueClusters,
     conditions,
+    is_true,
 )
 
 LOCAL_QUEUE = "team"
@@ -99,6 +100,12 @@ async def workloads(clusters: KueueClusters, worker_name: str, namespace: str
                     ) -> list[dict[str, Any]]:
     listed = await Resource(clusters.clients[worker_name], WORKLOADS).list(namespace=namespace)
     return list(listed["items"])
+
+
+async def admitted_count(clusters: KueueClusters, worker_name: str, namespace: str) -> int:
+    """How many of the namespace's Workloads on the worker its Kueue has admitted."""
+    return sum(is_true(wl, "Admitted") for wl in await workloads(clusters, worker_name,
+                                                                 namespace))
 
 
 async def mirrors(clusters: KueueClusters, worker_name: str, namespace: str

@@ -26,6 +26,7 @@ from tests.integration.kueue.conftest import KueueClusters, conditions, is_true
 from tests.integration.kueue.helpers import (
     LOCAL_QUEUE,
     StartOnHub,
+    admitted_count,
     create,
     dispatched,
     finished,
@@ -106,8 +107,7 @@ async def test_live_room_is_read_from_a_real_cluster_queue_and_its_workloads(
         await create(kueue_clusters, ns, name, num_nodes=2, annotations=long_running(60))
 
     async def two_admitted() -> bool:
-        return sum(is_true(wl, "Admitted")
-                   for wl in await workloads(kueue_clusters, "worker-b", ns)) == 2
+        return await admitted_count(kueue_clusters, "worker-b", ns) == 2
     await eventually(two_admitted, timeout=30, interval=0.2)
     await asyncio.sleep(2.0)
     assert len(await mirrors(kueue_clusters, "worker-b", ns)) == 2

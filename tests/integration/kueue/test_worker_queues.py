@@ -21,10 +21,11 @@ from dispatcher.localcluster.kueue_objects import (
     workload_priority_class,
 )
 from tests.integration.conftest import eventually
-from tests.integration.kueue.conftest import KueueClusters, is_true
+from tests.integration.kueue.conftest import KueueClusters
 from tests.integration.kueue.helpers import (
     LOCAL_QUEUE,
     StartOnHub,
+    admitted_count,
     create,
     dispatched,
     finished,
@@ -32,7 +33,6 @@ from tests.integration.kueue.helpers import (
     placed_on,
     queues,
     worker,
-    workloads,
 )
 
 pytestmark = pytest.mark.integration
@@ -61,8 +61,7 @@ async def test_a_queue_borrows_from_its_cohort_and_the_dispatcher_offers_it(
         await create(kueue_clusters, ns, name, num_nodes=2, annotations=long_running(60))
 
     async def three_admitted() -> bool:
-        return sum(is_true(wl, "Admitted")
-                   for wl in await workloads(kueue_clusters, "worker-a", ns)) == 3
+        return await admitted_count(kueue_clusters, "worker-a", ns) == 3
     await eventually(three_admitted, timeout=30, interval=0.2)
     await asyncio.sleep(1.0)
     placed = [await placed_on(kueue_clusters, ns, name) for name in names]
