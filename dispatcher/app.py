@@ -200,7 +200,7 @@ class Dispatcher:
 
     def _on_decision(self, decision: Decision) -> None:
         assert self.jobs is not None
-        self.jobs.on_decision(decision.key)
+        self.jobs.on_decision(decision.key, placed=decision.worker is not None)
 
     def _refresh_gauges(self) -> None:
         assert self.registry is not None and self.jobs is not None

@@ -4,8 +4,10 @@ The semantics of client-go's work queue, without its locks:
 - a key added while queued is queued once;
 - a key added while being processed is marked dirty and processed once more after;
 - a delayed add keeps the earliest due time;
-- an *urgent* add (news about a running job, like a status change) goes ahead of the
-  ordinary ones, so a burst of new jobs does not hold up the running jobs' status;
+- each key waits in a `Lane`, first come first served within it: `URGENT` keys go
+  ahead of `PROMPT` ones, and both ahead of `ORDINARY` ones (the job controller puts
+  news about running jobs first and placements that hold booked quota next, so a burst
+  of new jobs holds up neither); a key added again in an earlier lane moves there;
 - `run_workers` runs at most one reconcile per key at a time, with N workers.
 
 The reconcile function returns a `Result` (controller-runtime's rule): `done()` forgets
@@ -24,6 +26,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from enum import IntEnum
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,17 @@ class Result:
 
 _DONE = Result()
 _RETRY = Result(rate_limited=True)
-_URGENT, _ORDINARY, _NOT_QUEUED = 0, 1, 2
+
+
+class Lane(IntEnum):
+    """Where a key waits; a lower lane is served first."""
+
+    URGENT = 0
+    PROMPT = 1
+    ORDINARY = 2
+
+
+_NOT_QUEUED = len(Lane)
 Reconciler = Callable[[str], Awaitable[Result]]
 
 
@@ -68,9 +81,9 @@ class WorkQueue:
         self._ready: asyncio.PriorityQueue[tuple[int, int, str]] = asyncio.PriorityQueue()
         self._sequence = itertools.count()
         self._queued: dict[str, int] = {}
-        """Queued keys and the lane they wait in (0 urgent, 1 ordinary)."""
+        """Queued keys and the lane they wait in."""
         self._processing: set[str] = set()
-        self._dirty: dict[str, int] = {}
+        self._dirty: dict[str, Lane] = {}
         self._delayed: list[tuple[float, str]] = []
         self._due: dict[str, float] = {}
         self._failures: dict[str, int] = {}
@@ -81,14 +94,13 @@ class WorkQueue:
     def __len__(self) -> int:
         return len(self._queued) + len(self._due)
 
-    def add(self, key: str, *, urgent: bool = False) -> None:
-        lane = _URGENT if urgent else _ORDINARY
+    def add(self, key: str, *, lane: Lane = Lane.ORDINARY) -> None:
         if key in self._processing:
             self._dirty[key] = min(lane, self._dirty.get(key, lane))
             return
         if self._queued.get(key, _NOT_QUEUED) <= lane:
             return
-        self._queued[key] = lane  # an ordinary entry left behind is skipped when popped
+        self._queued[key] = lane  # an entry left behind in a later lane is skipped when popped
         self._ready.put_nowait((lane, next(self._sequence), key))
 
     def add_after(self, key: str, seconds: float) -> None:
@@ -133,7 +145,7 @@ class WorkQueue:
         while True:
             lane, _, key = await self._ready.get()
             if self._queued.get(key) != lane:
-                continue  # moved to the urgent lane, or already processed from it
+                continue  # moved to an earlier lane, or already processed from it
             del self._queued[key]
             self._processing.add(key)
             try:
@@ -155,7 +167,7 @@ class WorkQueue:
                 self._processing.discard(key)
                 dirty = self._dirty.pop(key, None)
                 if dirty is not None:
-                    self.add(key, urgent=dirty == _URGENT)
+                    self.add(key, lane=dirty)
 
     async def run_workers(self, reconcile: Reconciler, *, workers: int) -> None:
         """Process keys with `workers` concurrent workers until cancelled."""

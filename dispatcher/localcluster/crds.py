@@ -40,7 +40,7 @@ async def admin_client(cluster: LocalCluster, *, timeout: float = 30.0) -> Clust
     )
 
 
-async def wait_established(crds: Resource, names: list[str], *, timeout: float = 30.0) -> None:
+async def wait_established(crds: Resource, names: list[str], *, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     pending = set(names)
     while pending:
@@ -64,7 +64,7 @@ def served_kind(manifest: dict[str, Any]) -> ResourceKind:
 
 
 async def wait_listable(client: ClusterClient, manifests: list[dict[str, Any]], *,
-                        timeout: float = 30.0) -> None:
+                        timeout: float = 90.0) -> None:
     """Wait until every CRD's resource can be listed: an established CRD's watch cache
     may still be initializing, and until it is, reads answer 429 ("storage is
     (re)initializing")."""

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 
-from dispatcher.kube.workqueue import Reconciler, Result, WorkQueue
+from dispatcher.kube.workqueue import Lane, Reconciler, Result, WorkQueue
 
 
 @contextlib.asynccontextmanager
@@ -106,7 +106,7 @@ async def test_requeue_after_and_earliest_delay_wins() -> None:
     await _run_until(queue, reconcile, lambda: seen == ["late"])
 
 
-async def test_urgent_keys_go_ahead_of_ordinary_ones_and_each_runs_once() -> None:
+async def test_earlier_lanes_go_first_and_each_key_runs_once() -> None:
     queue = WorkQueue(name="t")
     order: list[str] = []
 
@@ -116,13 +116,16 @@ async def test_urgent_keys_go_ahead_of_ordinary_ones_and_each_runs_once() -> Non
 
     for index in range(5):
         queue.add(f"new-{index}")
-    queue.add("status-1", urgent=True)
-    queue.add("new-3", urgent=True)  # already waiting: moves to the urgent lane
+    queue.add("placed-1", lane=Lane.PROMPT)
+    queue.add("status-1", lane=Lane.URGENT)
+    queue.add("new-3", lane=Lane.URGENT)  # already waiting: moves to the urgent lane
+    queue.add("new-4", lane=Lane.PROMPT)  # behind placed-1 in its new lane
     queue.add("status-1")  # already urgent: stays there
-    assert len(queue) == 6
-    await _run_until(queue, reconcile, lambda: len(order) >= 6, workers=1)
+    queue.add("placed-1")
+    assert len(queue) == 7
+    await _run_until(queue, reconcile, lambda: len(order) >= 7, workers=1)
     await asyncio.sleep(0.02)
-    assert order == ["status-1", "new-3", "new-0", "new-1", "new-2", "new-4"]
+    assert order == ["status-1", "new-3", "placed-1", "new-4", "new-0", "new-1", "new-2"]
     assert len(queue) == 0
 
 
@@ -141,7 +144,7 @@ async def test_urgency_of_a_key_added_while_processing_is_kept() -> None:
     async with _running(queue, reconcile, workers=1):
         await asyncio.sleep(0.02)
         queue.add("new")
-        queue.add("running", urgent=True)
+        queue.add("running", lane=Lane.URGENT)
         release.set()
         await asyncio.sleep(0.05)
     assert order == ["running", "running", "new"]

@@ -1,13 +1,14 @@
 """The jobs controller: watch events become keys; each key is snapshot -> decide -> act.
 
 Events from the manager's and the workers' watches only enqueue keys (news about a
-running job in the urgent lane). `reconcile(key)` reads a `JobSnapshot` from the
-caches, asks the pure `decide` what to do, and carries the action out with the manager
-writer or the worker writer; an action that changed the state (placement recorded,
-mirror created, ...) is followed at once by the next decision on the new state, so a
-new job goes from queued to mirrored in one reconcile. A 409 goes back to the work
-queue's per-key backoff. The only per-job state is each job's `JobMemory`, forgotten on
-every exit.
+running job in the urgent lane, a placement the scheduler made in the prompt one).
+`reconcile(key)` reads a `JobSnapshot` from the caches, asks the pure `decide` what to
+do, and carries the action out with the manager writer or the worker writer; an action
+that changed the state (placement recorded, mirror created, ...) is followed at once by
+the next decision on the new state, so a new job goes from queued to mirrored in one
+reconcile; a finished job's clean-up waits its turn in the ordinary lane. A 409 goes
+back to the work queue's per-key backoff. The only per-job state is each job's
+`JobMemory`, forgotten on every exit.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
 from dispatcher.kinds import JobKind
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.informer import DELETED, Informer
-from dispatcher.kube.workqueue import Result, WorkQueue
+from dispatcher.kube.workqueue import Lane, Result, WorkQueue
 from dispatcher.observability.events import EventRecorder
 from dispatcher.observability.metrics import Metrics
 from dispatcher.placement import resources
@@ -165,14 +166,14 @@ class JobsController:
                     memory.tombstone = None
                 if memory.status_news is None:
                     memory.status_news = self.clock.monotonic()
-        self.queue.add(job_key(obj), urgent=True)  # news about a running job: ahead of new ones
+        self.queue.add(job_key(obj), lane=Lane.URGENT)  # news about a running job
 
     def on_workload_news(self, worker: str, key: str) -> None:
         """A Kueue Workload on `worker` changed: news about the job `key` if its mirror is
         there; in any case the worker's room may have changed."""
         job = self.trainjobs.get(key)
         if job is not None and annotations_of(job).get(c.ANNOTATION_CLUSTER) == worker:
-            self.queue.add(key, urgent=True)
+            self.queue.add(key, lane=Lane.URGENT)
         self.scheduling.trigger()
 
     def on_runtime_event(self, event_type: str, obj: JSON) -> None:
@@ -192,8 +193,10 @@ class JobsController:
             self.queue.add(booking.key)
         self.scheduling.trigger()
 
-    def on_decision(self, key: str) -> None:
-        self.queue.add(key)
+    def on_decision(self, key: str, *, placed: bool) -> None:
+        """The scheduler placed the job (its quota is booked and idle until the mirror
+        exists: ahead of new jobs) or says why it waits."""
+        self.queue.add(key, lane=Lane.PROMPT if placed else Lane.ORDINARY)
 
     # ----- reconcile: snapshot -> decide -> act -----
 
@@ -246,7 +249,9 @@ class JobsController:
                 return Result.done()
             case Finish():
                 await self._finish(s, action)
-                return None
+                # The rest (mirror deletion, finalizer) holds no quota: it waits its turn
+                # behind the news and the placements already queued.
+                return Result.after(0)
             case Unplace():
                 return await self._unplace(s, memory, action)
             case Reject(worker=worker, reason=reason, message=message):
@@ -321,8 +326,8 @@ class JobsController:
                                       message=action.message, news_seen=news)
         return done
 
-    async def _finish(self, s: JobSnapshot, action: Finish) -> None:  # then: leave
-        """Final status sync; then the job leaves as finished (mirror deleted, finalizer).
+    async def _finish(self, s: JobSnapshot, action: Finish) -> None:  # later: leave
+        """Final status sync; later the job leaves as finished (mirror deleted, finalizer).
 
         A finished mirror runs nothing, so its quota is released as soon as the manager
         records the end, as Kueue releases a finished Workload's: the next job need not
