@@ -208,15 +208,15 @@ async def test_fuzzed_trainjobs_end_in_named_reasons_and_normal_ones_complete(
         assert not violations, violations[:5]
         assert not any(task.done() for task in dispatcher_tasks(start_dispatcher))
         assert Counter(expected.values())[COMPLETE] == NORMAL_JOBS
-        assert not await check_invariants(admin_clients, namespace,
-                                          workers={w: QUOTA for w in WORKERS},
-                                          origin=namespace)
 
-        async def all_left() -> bool:  # a finished job holds its quota until its mirror is gone
+        async def all_left() -> bool:  # the clean-up follows each job's final status
             listed = (await manager.list(namespace=namespace))["items"]
             return not any(c.FINALIZER in (j["metadata"].get("finalizers") or [])
                            for j in listed)
         await eventually(all_left, timeout=30)
+        assert not await check_invariants(admin_clients, namespace,
+                                          workers={w: QUOTA for w in WORKERS},
+                                          origin=namespace)
         assert dispatcher.ledger.used("worker-a") == {} and dispatcher.ledger.used(
             "worker-b") == {}
     finally:
