@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+    wait_fixed,
+)
 
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import CRDS, Resource, ResourceKind
@@ -63,22 +71,21 @@ def served_kind(manifest: dict[str, Any]) -> ResourceKind:
                         namespaced=spec["scope"] == "Namespaced")
 
 
+def _initializing(error: BaseException) -> bool:
+    return isinstance(error, ApiException) and error.status == 429
+
+
 async def wait_listable(client: ClusterClient, manifests: list[dict[str, Any]], *,
                         timeout: float = 90.0) -> None:
     """Wait until every CRD's resource can be listed: an established CRD's watch cache
     may still be initializing, and until it is, reads answer 429 ("storage is
     (re)initializing")."""
-    deadline = time.monotonic() + timeout
-    for manifest in manifests:
-        resource = Resource(client, served_kind(manifest))
-        while True:
-            try:
-                await resource.list()
-                break
-            except ApiException as error:
-                if error.status != 429 or time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(0.1)
+    async for attempt in AsyncRetrying(retry=retry_if_exception(_initializing),
+                                       stop=stop_after_delay(timeout), wait=wait_fixed(0.1),
+                                       reraise=True):
+        with attempt:
+            for manifest in manifests:
+                await Resource(client, served_kind(manifest)).list()
 
 
 async def _apply(crds: Resource, manifest: dict[str, Any]) -> None:
