@@ -277,7 +277,8 @@ async def steady(system: System, *, workers: int, sizes: ScenarioSizes) -> dict[
 async def complete(system: System, *, workers: int, sizes: ScenarioSizes) -> dict[str, Any]:
     allowed_per_worker = sizes.quota_cpu_per_worker // JOB_CPU
     allowed = allowed_per_worker * workers
-    jobs, waves = 3 * allowed, 3
+    waves = 3
+    jobs = waves * allowed
     async with running_system(system, workers=workers, log_name=f"{system.name}-complete",
                               quota=_quota(allowed_per_worker),
                               manager_quota=_quota(allowed)) as (env, _occupancy):

@@ -80,12 +80,13 @@ async def wait_listable(client: ClusterClient, manifests: list[dict[str, Any]], 
     """Wait until every CRD's resource can be listed: an established CRD's watch cache
     may still be initializing, and until it is, reads answer 429 ("storage is
     (re)initializing")."""
-    async for attempt in AsyncRetrying(retry=retry_if_exception(_initializing),
-                                       stop=stop_after_delay(timeout), wait=wait_fixed(0.1),
-                                       reraise=True):
-        with attempt:
-            for manifest in manifests:
-                await Resource(client, served_kind(manifest)).list()
+    async def listable(resource: Resource) -> None:
+        async for attempt in AsyncRetrying(retry=retry_if_exception(_initializing),
+                                           stop=stop_after_delay(timeout),
+                                           wait=wait_fixed(0.1), reraise=True):
+            with attempt:
+                await resource.list()
+    await asyncio.gather(*(listable(Resource(client, served_kind(m))) for m in manifests))
 
 
 async def _apply(crds: Resource, manifest: dict[str, Any]) -> None:
