@@ -1,9 +1,11 @@
 """Wiring: configuration -> clients -> caches -> controllers, in one asyncio.TaskGroup.
 
-Start-up order matters for correctness: the manager's caches sync first, then the
-workers are connected, then the quota ledger is rebuilt from the placement annotations
-of the manager's TrainJobs, and only then may the scheduling loop place anything. So a
-restarted dispatcher never books the same quota twice.
+Start-up order matters for correctness: the manager's caches (TrainJobs, runtimes and
+the Placement records in the dispatcher's namespace) sync first, then the workers are
+connected, then the quota ledger is rebuilt from the placement records, and only then
+may the scheduling loop place anything; a worker is offered only once its mirrors are
+listed (each live one counted in the ledger) and its stale ones collected. So a
+restarted dispatcher never books the same quota twice, nor less than what runs.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from dispatcher.api.placement import PLACEMENTS
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES
 from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.clock import Clock, SystemClock
 from dispatcher.config import DispatcherConfig
 from dispatcher.controllers.gc import GarbageCollector
 from dispatcher.controllers.jobs import JobsController
+from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.scheduling import SchedulingLoop
 from dispatcher.controllers.workerclusters import WorkerClustersController
 from dispatcher.controllers.workers import ConnectionOptions, WorkerConnection, WorkerRegistry
@@ -111,13 +115,13 @@ class Dispatcher:
         if kueue is None or queue is None:
             return capacity(declared=worker.spec.quota, booked=booked)
         ours = []
-        for booking in self.ledger.jobs_on(worker.name):
-            mirror = worker.mirrors.get(booking.key) if worker.mirrors is not None else None
+        for holding in self.ledger.holdings(worker.name):
+            mirror = worker.mirrors.get(holding.key) if worker.mirrors is not None else None
             reservation = None
             if mirror is not None and self.kind.is_ours(
-                    mirror, manager_uid=booking.uid, origin=self.config.mirror.origin):
+                    mirror, manager_uid=holding.uid, origin=self.config.mirror.origin):
                 reservation = kueue.reservation_of(mirror["metadata"].get("uid", ""))
-            ours.append(OurJob(booked=booking.demand, reservation=reservation))
+            ours.append(OurJob(booked=holding.demand, reservation=reservation))
         room = queue_room(queue, kueue.queues, kueue.reserved, ours)
         return capacity(declared=worker.spec.quota, booked=booked, room=room)
 
@@ -172,11 +176,10 @@ class Dispatcher:
             self._tasks.start_once(f"worker/{worker.name}/gc-on-connect",
                                    lambda: self._collect_then_open(worker))
 
-    def _collect_soon(self, name: str) -> None:
-        assert self._gc is not None and self.registry is not None
-        worker, gc = self.registry.get(name), self._gc
-        if worker is not None:
-            self._tasks.start_once(f"worker/{name}/gc", lambda: gc.collect_quietly(worker))
+    def _on_mirrors_reset(self, worker: str) -> None:
+        assert self._scheduling is not None
+        self.ledger.forget_mirrors(worker)
+        self._scheduling.trigger()
 
     async def _collect_then_open(self, worker: WorkerConnection) -> None:
         """Collect the worker's stale mirrors, then offer it to the scheduler."""
@@ -253,7 +256,7 @@ class Dispatcher:
         await self._worker_clusters.sync()
         booked = self.jobs.rebuild_ledger()
         log.info("caches synced; ledger rebuilt with %d placed jobs", booked)
-        for key in list(self.jobs.trainjobs.store):
+        for key in [*self.jobs.trainjobs.store, *(r.key for r in self.jobs.records.all())]:
             self.jobs.queue.add(key)
         self._scheduling.ready.set()
         self.ready.set()
@@ -316,7 +319,10 @@ class Dispatcher:
                                     name="manager/clustertrainingruntimes")
         runtimes = Informer(Resource(manager, TRAINING_RUNTIMES), settings=informer_settings,
                             name="manager/trainingruntimes")
-        informers = [trainjobs, cluster_runtimes, runtimes]
+        placements = Informer(Resource(manager, PLACEMENTS), namespace=cfg.namespace,
+                              settings=informer_settings, name="manager/placements")
+        records = PlacementRecords(placements)
+        informers = [trainjobs, cluster_runtimes, runtimes, placements]
         worker_clusters = secrets = None
         if cfg.workers.from_crd:
             worker_clusters = Informer(Resource(manager, WORKER_CLUSTERS),
@@ -331,7 +337,7 @@ class Dispatcher:
                 probe_interval=cfg.workers.probe_interval_seconds,
                 on_change=self._on_worker_change, observer=self.metrics.observe_request,
                 on_workload=self._on_workload_news),
-            on_mirror_event=self._on_mirror_event,
+            on_mirror_event=self._on_mirror_event, on_mirrors_reset=self._on_mirrors_reset,
         )
         events = self._events = EventRecorder(manager, instance=self.instance)
         self._scheduling = SchedulingLoop(
@@ -341,19 +347,20 @@ class Dispatcher:
         )
         self.jobs = JobsController(
             config=cfg, manager=manager, registry=self.registry, kind=kind, ledger=self.ledger,
-            scheduling=self._scheduling, trainjobs=trainjobs,
+            scheduling=self._scheduling, trainjobs=trainjobs, records=records,
             runtimes={CLUSTER_RUNTIME: cluster_runtimes, NAMESPACED_RUNTIME: runtimes},
             queue=queue, events=events, metrics=self.metrics, clock=self.clock,
-            collect=self._collect_soon,
         )
         self._worker_clusters = WorkerClustersController(
             config=cfg, registry=self.registry, capacity_of=self.capacity_of,
             worker_clusters=worker_clusters, secrets=secrets)
         self._gc = GarbageCollector(
-            manager=manager, trainjobs=trainjobs, registry=self.registry, kind=kind,
+            manager=manager, trainjobs=trainjobs, records=records, registry=self.registry,
+            kind=kind,
             origin=cfg.mirror.origin, keep_finished=cfg.mirror.keep_finished,
             interval=cfg.gc.interval_seconds, metrics=self.metrics)
         trainjobs.add_handler(self.jobs.on_job_event)
+        placements.add_handler(self.jobs.on_record_event)
         cluster_runtimes.add_handler(self.jobs.on_runtime_event)
         runtimes.add_handler(self.jobs.on_runtime_event)
         for informer in (worker_clusters, secrets):

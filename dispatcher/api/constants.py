@@ -1,10 +1,13 @@
 """Every label, annotation, finalizer, condition type and reason the dispatcher writes.
 
-On the manager TrainJob (what `kubectl get -o yaml` / `describe` shows):
+Where a job is placed is on record in a Placement object (`api/placement.py`) in the
+dispatcher's namespace, which only the dispatcher writes. On the manager TrainJob (what
+`kubectl get -o yaml` / `describe` shows), a read-only view of it, rewritten from the
+record when anyone changes it (event `EditUndone`):
 - annotation `dispatcher.trainjob.io/cluster`: the worker the job is placed on, written
-  together with the finalizer *before* anything is created remotely;
-- annotation `dispatcher.trainjob.io/demand`: the resources booked for it on that worker,
-  so the quota ledger is rebuilt exactly after a restart;
+  together with the finalizer after the record and *before* anything is created
+  remotely;
+- annotation `dispatcher.trainjob.io/demand`: the resources booked for it on that worker;
 - annotation `dispatcher.trainjob.io/evictions`: how many times it was evicted;
 - condition `dispatcher.trainjob.io/Dispatched` in `status.conditions`: True while a
   mirror runs it (reason `Placed`, message naming the worker), False with the reason it
@@ -12,7 +15,9 @@ On the manager TrainJob (what `kubectl get -o yaml` / `describe` shows):
 - events (reason = one of the reasons below) for every placement, rejection, eviction.
 
 On the mirror TrainJob on a worker: label `dispatcher.trainjob.io/origin` (which
-dispatcher made it) and annotation `dispatcher.trainjob.io/manager-uid`.
+dispatcher made it), annotations `dispatcher.trainjob.io/manager-uid` and
+`dispatcher.trainjob.io/demand` (what was booked for it, so the ledger counts every live
+mirror, recorded or not).
 """
 
 from __future__ import annotations
@@ -70,6 +75,12 @@ REASON_TOO_MANY_EVICTIONS = "TooManyEvictions"
 REASON_RETRYING_FAILURE = "RetryingFailure"
 REASON_WAITING_FOR_ADMISSION = "WaitingForAdmission"
 """Placed; the mirror waits for the worker's Kueue to admit it."""
+REASON_EDIT_UNDONE = "EditUndone"
+"""The job's placement annotations or finalizer differed from its record: rewritten."""
+REASON_ADOPTED = "Adopted"
+"""A live mirror of the job ran without a placement record: recorded where it runs."""
+REASON_NOT_CLAIMED = "NoLongerClaimed"
+"""A placed job stopped matching the claim rule: its mirror was deleted."""
 REASON_ADMISSION_TIMEOUT = "AdmissionTimeout"
 """The worker's Kueue did not admit the mirror in time: moved, not counted as an eviction."""
 

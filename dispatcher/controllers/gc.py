@@ -2,9 +2,12 @@
 
 A mirror (a worker object carrying this dispatcher's origin label) is an orphan when its
 manager TrainJob is gone, has another UID (deleted and re-created), is placed on another
-worker or on none, or has finished while finished mirrors are not kept. Candidates come
-from the manager's cache; each is confirmed against the API server before it is deleted,
-with the mirror's UID as a precondition, so a mirror created a moment ago is never lost.
+worker by its placement record, or has finished while finished mirrors are not kept. A
+live mirror of an unfinished job with no record at all is no orphan: the job controller
+adopts it (an earlier version kept placements in annotations). Candidates come from the
+caches; each is confirmed against the API server (the job and its record) before it is
+deleted, with the mirror's UID as a precondition, so a mirror created a moment ago is
+never lost: its record was written before it.
 The collector runs every `gc.intervalSeconds` and, before anything new is placed on it,
 on every worker that (re)connects.
 """
@@ -18,6 +21,8 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.api import constants as c
+from dispatcher.api.placement import PLACEMENTS, PlacementRecord, record_of
+from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
 from dispatcher.kinds import JobKind
 from dispatcher.kube.client import ClusterClient
@@ -30,11 +35,14 @@ JSON = dict[str, Any]
 
 
 class GarbageCollector:
-    def __init__(self, *, manager: ClusterClient, trainjobs: Informer, registry: WorkerRegistry,
+    def __init__(self, *, manager: ClusterClient, trainjobs: Informer,
+                 records: PlacementRecords, registry: WorkerRegistry,
                  kind: JobKind, origin: str, keep_finished: bool, interval: float,
                  metrics: Metrics) -> None:
         self._jobs = Resource(manager, kind.kind)
+        self._placements = Resource(manager, PLACEMENTS)
         self._cache = trainjobs
+        self._records = records
         self._registry = registry
         self._kind = kind
         self._origin = origin
@@ -42,19 +50,21 @@ class GarbageCollector:
         self._interval = interval
         self._metrics = metrics
 
-    def _orphan(self, mirror: JSON, job: JSON | None, worker: str) -> str | None:
+    def _orphan(self, mirror: JSON, job: JSON | None, record: PlacementRecord | None,
+                worker: str) -> str | None:
         """Why `mirror` on `worker` is an orphan, or None when its manager job wants it."""
         if job is None:
             return "its manager TrainJob is gone"
         manager_uid = job["metadata"]["uid"]
         if not self._kind.is_ours(mirror, manager_uid=manager_uid, origin=self._origin):
             return "its manager TrainJob was re-created"
-        annotations = job["metadata"].get("annotations") or {}
-        finalizers = job["metadata"].get("finalizers") or []
-        if annotations.get(c.ANNOTATION_CLUSTER) != worker or c.FINALIZER not in finalizers:
-            if self._keep_finished and self._kind.finished(job.get("status")):
-                return None
-            return "its manager TrainJob is not placed on this worker"
+        if record is not None and record.placed:
+            return None if record.worker == worker else (
+                f"its job is placed on worker {record.worker}")
+        if self._kind.finished(job.get("status")):
+            return None if self._keep_finished else "its manager TrainJob has finished"
+        if record is not None:
+            return "its manager TrainJob is not placed"
         return None
 
     async def collect(self, worker: WorkerConnection) -> int:
@@ -64,11 +74,15 @@ class GarbageCollector:
         remote = Resource(worker.client, self._kind.kind)
         deleted = 0
         for key, mirror in list(worker.mirrors.store.items()):
-            if self._orphan(mirror, self._cache.get(key), worker.name) is None:
+            uid = (mirror["metadata"].get("annotations") or {}).get(c.ANNOTATION_MANAGER_UID, "")
+            if self._orphan(mirror, self._cache.get(key), self._records.of_uid(uid),
+                            worker.name) is None:
                 continue
             namespace, name = mirror["metadata"]["namespace"], mirror["metadata"]["name"]
             job = await self._jobs.get(name, namespace=namespace)
-            why = self._orphan(mirror, job, worker.name)
+            found = (await self._placements.get(uid, namespace=self._records.informer.namespace)
+                     if uid else None)
+            why = self._orphan(mirror, job, record_of(found) if found else None, worker.name)
             if why is None:
                 continue
             try:

@@ -244,10 +244,14 @@ class WorkerRegistry:
         *,
         options: ConnectionOptions,
         on_mirror_event: Callable[[str, str, dict[str, object]], None],
+        on_mirrors_reset: Callable[[str], None] = lambda worker: None,
     ) -> None:
         self.workers: dict[str, WorkerConnection] = {}
         self._options = options
         self._on_mirror_event = on_mirror_event
+        self._on_mirrors_reset = on_mirrors_reset
+        """Called when a worker's mirror cache is dropped (the worker left, or a new
+        connection will list its mirrors afresh)."""
         self._lock = asyncio.Lock()
 
     def get(self, name: str) -> WorkerConnection | None:
@@ -269,6 +273,7 @@ class WorkerRegistry:
                 if name not in wanted:
                     connection = self.workers.pop(name)
                     await connection.stop()
+                    self._on_mirrors_reset(name)
                     connection.notify()
             for name, spec in wanted.items():
                 current = self.workers.get(name)
@@ -282,6 +287,7 @@ class WorkerRegistry:
                 since = current.lost_since if current else (lost_since or {}).get(name)
                 if current is not None:
                     await current.stop()
+                    self._on_mirrors_reset(name)
                 connection = self._connection(spec, since)
                 self.workers[name] = connection
                 await connection.start()

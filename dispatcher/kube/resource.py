@@ -149,13 +149,17 @@ class Resource:
         *,
         namespace: str | None = None,
         uid: str | None = None,
+        resource_version: str | None = None,
         propagation: str = "Background",
     ) -> bool:
-        """Delete (only the object with `uid`, when given); False when it was already gone."""
+        """Delete (only the object with `uid`, or at `resource_version`, when given); False
+        when it was already gone."""
         body: JSON = {"kind": "DeleteOptions", "apiVersion": "v1",
                       "propagationPolicy": propagation}
-        if uid:
-            body["preconditions"] = {"uid": uid}
+        preconditions = {name: value for name, value in
+                         (("uid", uid), ("resourceVersion", resource_version)) if value}
+        if preconditions:
+            body["preconditions"] = preconditions
         try:
             await self.client.request(
                 "DELETE", self.kind.path(namespace=namespace, name=name), body=body, verb="delete"

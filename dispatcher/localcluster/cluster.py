@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO_ROOT / "config" / "crd"
 _CONTROLLERS = "garbage-collector-controller,namespace-controller"
+DISPATCHER_NAMESPACE = "trainjob-dispatcher"
+"""The dispatcher's default namespace (its Placement records live there), which
+`deploy/` creates: every local cluster has it, as a deployed manager would."""
 
 
 class ControlPlaneError(RuntimeError):
@@ -83,6 +86,17 @@ def default_crd_files() -> list[Path]:
     """The project's CRDs plus Kueue's and JobSet's, as their Go modules ship them."""
     kueue = ensure_kueue()
     return sorted(CRD_DIR.glob("*.yaml")) + kueue.kueue_crds() + kueue.jobset_crds()
+
+
+async def create_namespace(cluster: LocalCluster, name: str) -> None:
+    from dispatcher.admin import ensure_namespace
+    from dispatcher.localcluster.crds import admin_client
+
+    client = await admin_client(cluster)
+    try:
+        await ensure_namespace(client, name)
+    finally:
+        await client.close()
 
 
 class LocalCluster:
@@ -344,6 +358,8 @@ class LocalControlPlane:
         await asyncio.gather(*(cluster.wait_ready() for cluster in new))
         files = list(crd_files) if crd_files is not None else default_crd_files()
         await asyncio.gather(*(install_crds(cluster, files) for cluster in new))
+        await asyncio.gather(*(create_namespace(cluster, DISPATCHER_NAMESPACE)
+                               for cluster in new))
         return {cluster.name: cluster for cluster in new}
 
     def processes(self) -> list[ManagedProcess]:

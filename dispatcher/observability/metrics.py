@@ -38,6 +38,10 @@ class Metrics:
         self.reconciles = Counter("dispatcher_reconciles_total",
                                   "Reconciles of a TrainJob by result (done, requeue, error).",
                                   ["result"], registry=r)
+        self.edits_undone = Counter(
+            "dispatcher_placement_edits_undone_total",
+            "Placement annotations or finalizers on manager jobs that differed from the "
+            "placement record and were rewritten from it.", registry=r)
         self.garbage_collected = Counter("dispatcher_mirrors_garbage_collected_total",
                                          "Orphan mirrors deleted.", ["worker"], registry=r)
         self.dispatch_latency = Histogram(

@@ -23,6 +23,7 @@ from dispatcher.config import DispatcherConfig
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource, ResourceKind
 from dispatcher.localcluster import LocalControlPlane
+from dispatcher.localcluster.cluster import create_namespace
 from tests.factories import condition, trainjob
 
 SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
@@ -87,6 +88,7 @@ class DispatcherRunner:
                        **overrides: Any) -> Dispatcher:
         config = DispatcherConfig.model_validate(
             deep_merge(base_config(self._plane, self._namespace), overrides))
+        await create_namespace(self._plane.clusters["manager"], config.namespace)
         kubeconfig = manager_kubeconfig or self._plane.clusters["manager"].kubeconfig()
         dispatcher = Dispatcher(config, manager_kubeconfig=kubeconfig,
                                 instance=f"test-{len(self.tasks)}")

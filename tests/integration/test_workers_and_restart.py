@@ -20,6 +20,7 @@ from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import SECRETS, Resource
 from dispatcher.localcluster import LocalControlPlane
+from dispatcher.localcluster.cluster import create_namespace
 from tests.factories import trainjob
 from tests.integration.conftest import (
     DEFAULT_QUOTA,
@@ -118,6 +119,7 @@ async def test_sigkilled_dispatcher_restarts_without_duplicates_or_losses(
     runtime_installed: dict[str, Any], tmp_path: Path,
 ) -> None:
     config = base_config(control_plane, namespace)
+    await create_namespace(control_plane.clusters["manager"], config["namespace"])
     quota = {"cpu": "200", "memory": "1000Gi"}
     for worker in config["workers"]["static"]:
         worker["quota"] = quota

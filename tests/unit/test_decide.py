@@ -14,11 +14,13 @@ from typing import Any
 import pytest
 
 from dispatcher.api import constants as c
+from dispatcher.api.placement import PlacementRecord
 from dispatcher.config import DispatcherConfig
 from dispatcher.controllers.jobs import decide as d
 from dispatcher.controllers.jobs.memory import JobMemory
 from dispatcher.controllers.jobs.snapshot import JobSnapshot, WorkerState
 from dispatcher.kinds.trainjob import TrainJobKind
+from dispatcher.placement import resources
 from dispatcher.placement.validation import DemandError
 from tests.factories import condition, trainjob
 
@@ -44,8 +46,9 @@ def job(*, placed: bool = False, evictions: int = 0, deleting: bool = False,
     obj = trainjob("j", "ns", suspend=suspend or None, annotations=dict(annotations or {}))
     obj["metadata"].update(uid=UID, resourceVersion="7", creationTimestamp="2026-12-02T00:00:00Z")
     meta_annotations = obj["metadata"].setdefault("annotations", {})
-    if placed:
+    if placed:  # the view of `record(worker="w")`
         meta_annotations[c.ANNOTATION_CLUSTER] = "w"
+        meta_annotations[c.ANNOTATION_DEMAND] = resources.format_vector(DEMAND)
         obj["metadata"]["finalizers"] = [c.FINALIZER]
     if evictions:
         meta_annotations[c.ANNOTATION_EVICTIONS] = str(evictions)
@@ -68,11 +71,28 @@ def mirror(*, uid: str = UID, origin: str = "o", status: dict[str, Any] | None =
     return body
 
 
+def record(*, worker: str = "w", evictions: int = 0, uid: str = UID) -> PlacementRecord:
+    return PlacementRecord(uid=uid, key="ns/j", worker=worker,
+                           demand=dict(DEMAND) if worker else {}, evictions=evictions)
+
+
+def record_viewed_by(obj: dict[str, Any]) -> PlacementRecord | None:
+    """The record whose view `obj` carries (test rows keep job and record consistent)."""
+    annotations = obj["metadata"].get("annotations") or {}
+    worker = annotations.get(c.ANNOTATION_CLUSTER, "")
+    evictions = int(annotations.get(c.ANNOTATION_EVICTIONS, "0"))
+    if not worker and not evictions:
+        return None
+    return record(worker=worker, evictions=evictions)
+
+
 def pending(**kw: Any) -> JobSnapshot:
     fields: dict[str, Any] = dict(key="ns/j", now=NOW, wall=WALL, job=job(), claimed=True,
                                   runtime=RUNTIME, runtime_name="ClusterTrainingRuntime 'torch'",
                                   demand=DEMAND)
     fields.update(kw)
+    if "record" not in kw:
+        fields["record"] = record_viewed_by(fields["job"])
     return JobSnapshot(**fields)
 
 
@@ -186,9 +206,12 @@ ROWS: list[tuple[str, JobSnapshot, JobMemory, d.Action]] = [
      d.Finish("w", mirror(status=COMPLETE), COMPLETE["conditions"][0])),
     ("finished on the manager: mirror deleted first",
      placed(job=job(placed=True, status=COMPLETE), mirror=mirror(status=COMPLETE)),
-     JobMemory(), d.DeleteMirror("w")),
-    ("finished on the manager, mirror gone: finalizer dropped",
-     placed(job=job(placed=True, status=COMPLETE)), JobMemory(), d.DropFinalizer()),
+     JobMemory(), d.DeleteMirror("w", UID)),
+    ("finished on the manager, mirror gone: the record goes",
+     placed(job=job(placed=True, status=COMPLETE)), JobMemory(), d.DeleteRecord(record())),
+    ("finished on the manager, record gone: finalizer dropped",
+     pending(job=job(placed=True, status=COMPLETE), record=None), JobMemory(),
+     d.DropFinalizer()),
     ("finished, never placed: forget", pending(job=job(status=COMPLETE)), JobMemory(),
      d.Forget()),
     # evict
@@ -222,14 +245,19 @@ ROWS: list[tuple[str, JobSnapshot, JobMemory, d.Action]] = [
      JobMemory(), d.Reject("w", c.REASON_NAME_CONFLICT, "ns/j on w is not a mirror of this job")),
     # delete
     ("delete: mirror first", placed(job=job(placed=True, deleting=True), mirror=mirror()),
-     JobMemory(), d.DeleteMirror("w")),
-    ("delete: then the finalizer", placed(job=job(placed=True, deleting=True)), JobMemory(),
-     d.DropFinalizer()),
+     JobMemory(), d.DeleteMirror("w", UID)),
+    ("delete: then the record", placed(job=job(placed=True, deleting=True)), JobMemory(),
+     d.DeleteRecord(record())),
+    ("delete: then the finalizer", pending(job=job(placed=True, deleting=True), record=None),
+     JobMemory(), d.DropFinalizer()),
+    ("delete after an eviction: the record goes",
+     pending(job=job(evictions=1, deleting=True)), JobMemory(),
+     d.DeleteRecord(record(worker="", evictions=1))),
     ("delete: worker unreachable, not yet given up",
      placed(job=job(placed=True, deleting=True), worker=lost(10)), JobMemory(), d.Requeue(5.0)),
     ("delete: worker lost past the timeout is given up on",
      placed(job=job(placed=True, deleting=True), worker=lost(61)), JobMemory(),
-     d.DropFinalizer()),
+     d.DeleteRecord(record())),
     ("delete while pending: forget", pending(job=job(deleting=True)), JobMemory(), d.Forget()),
     # worker lost
     ("worker lost past the timeout: evict", placed(worker=lost(75)), JobMemory(),
@@ -278,7 +306,7 @@ def test_keep_finished_leaves_the_mirror() -> None:
     keep = CONFIG.model_copy(update={"mirror": CONFIG.mirror.model_copy(
         update={"keep_finished": True})})
     snapshot = placed(job=job(placed=True, status=COMPLETE), mirror=mirror(status=COMPLETE))
-    assert d.decide(snapshot, JobMemory(), keep, kind=KIND) == d.DropFinalizer()
+    assert d.decide(snapshot, JobMemory(), keep, kind=KIND) == d.DeleteRecord(record())
 
 
 def test_without_an_admission_timeout_a_mirror_waits_forever() -> None:
@@ -323,9 +351,92 @@ def test_when_lost_wait_the_held_message_stays_the_same_while_the_worker_stays_l
     (placed(worker=None),
      d.Unplace("w", c.REASON_WORKER_LOST, "worker w is no longer registered; requeued",
                eviction=True, evictions=1)),
-    (placed(job=job(placed=True, deleting=True), worker=lost(61)), d.DropFinalizer()),
+    (placed(job=job(placed=True, deleting=True), worker=lost(61)), d.DeleteRecord(record())),
 ], ids=["blip: wait out the timeout", "inactive, not lost", "drained by an admin: moves",
         "removed: moves", "deleted on the manager: given up on"])
 def test_when_lost_wait_other_rows_are_unchanged(snapshot: JobSnapshot,
                                                  expected: d.Action) -> None:
     assert d.decide(snapshot, JobMemory(), WAIT_WHEN_LOST, kind=KIND) == expected
+
+
+def edited(obj: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
+    obj["metadata"]["annotations"].update(annotations)
+    return obj
+
+
+V = dataclasses.replace(ACTIVE, name="v")
+OLD_UID = "uid-0"
+RECORD_ROWS: list[tuple[str, JobSnapshot, d.Action]] = [
+    # what a user can write on the job is a view of the record, never the truth
+    ("a placed job's cluster annotation moved by a user: rewritten, not moved",
+     placed(job=edited(job(placed=True), {c.ANNOTATION_CLUSTER: "v"}), record=record()),
+     d.RewriteView((f"annotation {c.ANNOTATION_CLUSTER} was 'v', the record says 'w'",))),
+    ("a placed job's finalizer stripped: put back",
+     placed(job=dict(job(placed=True), metadata=dict(job(placed=True)["metadata"],
+                                                      finalizers=[])), record=record()),
+     d.RewriteView((f"finalizer {c.FINALIZER} was missing on a placed job",))),
+    ("a new job with a forged placement and finalizer: stripped, then queued",
+     pending(job=job(placed=True, evictions=0), record=None),
+     d.RewriteView((
+         f"annotation {c.ANNOTATION_CLUSTER} was 'w', the record has none",
+         f"annotation {c.ANNOTATION_DEMAND} was 'cpu=2,pods=1', the record has none",
+         f"finalizer {c.FINALIZER} was set on a job that is not placed"))),
+    ("an eviction count reset by a user: rewritten",
+     pending(job=job(), record=record(worker="", evictions=2)),
+     d.RewriteView((f"annotation {c.ANNOTATION_EVICTIONS} was None, the record says '2'",))),
+    ("the eviction count is the record's",
+     placed(job=job(placed=True, evictions=2), tombstone=mirror()),
+     d.Unplace("w", c.REASON_MIRROR_GONE, "the mirror on worker w was deleted; requeued",
+               eviction=True, evictions=3, fail=True, backoff=8.0)),
+    # leftover records: the mirror goes first, the record (and the quota) last
+    ("job deleted without our finalizer: its mirror is deleted at once",
+     JobSnapshot(key="ns/j", now=NOW, leftover=record(uid=OLD_UID), leftover_worker=ACTIVE,
+                 leftover_mirror=mirror(uid=OLD_UID)), d.DeleteMirror("w", OLD_UID)),
+    ("job deleted, its mirror gone: the record goes",
+     JobSnapshot(key="ns/j", now=NOW, leftover=record(uid=OLD_UID), leftover_worker=ACTIVE),
+     d.DeleteRecord(record(uid=OLD_UID))),
+    ("job deleted, its worker unreachable: the record waits (its quota stays booked)",
+     JobSnapshot(key="ns/j", now=NOW, leftover=record(uid=OLD_UID), leftover_worker=lost(10)),
+     d.Requeue(5.0)),
+    ("job deleted, its worker given up on: the record goes",
+     JobSnapshot(key="ns/j", now=NOW, leftover=record(uid=OLD_UID), leftover_worker=lost(61)),
+     d.DeleteRecord(record(uid=OLD_UID))),
+    ("job re-created under the same name: the old one's mirror goes first",
+     pending(leftover=record(uid=OLD_UID), leftover_worker=ACTIVE,
+             leftover_mirror=mirror(uid=OLD_UID)), d.DeleteMirror("w", OLD_UID)),
+    ("job no longer claimed, mirror gone: our finalizer is dropped before the record",
+     pending(job=job(placed=True), claimed=False, leftover=record(), leftover_worker=ACTIVE),
+     d.DropFinalizer()),
+    ("job no longer claimed, finalizer dropped: the record goes",
+     pending(claimed=False, leftover=record(), leftover_worker=ACTIVE),
+     d.DeleteRecord(record())),
+    ("a finalizer on a job we do not claim is not ours to judge",
+     pending(job=job(placed=True), claimed=False, record=None), d.Forget()),
+    # live mirrors are facts
+    ("a live mirror with no record (an earlier version's placement): adopted",
+     pending(job=job(placed=True), record=None, elsewhere=(ACTIVE,),
+             elsewhere_mirrors=(mirror(status=RUNNING),)), d.Adopt("w")),
+    ("a live mirror of an evicted job is not adopted (the GC deletes it)",
+     pending(job=job(evictions=1), elsewhere=(ACTIVE,), elsewhere_mirrors=(mirror(),)),
+     d.Requeue(3.0)),
+    ("a mirror on an unreachable worker is not adopted (the job waits its turn)",
+     pending(record=None, elsewhere=(lost(10),), elsewhere_mirrors=(None,)), d.Requeue(3.0)),
+    ("placed, a stray live copy on another reachable worker: deleted first",
+     placed(elsewhere=(V,), elsewhere_mirrors=(mirror(),)), d.DeleteMirror("v", UID)),
+    ("placed, a stray copy being deleted: wait for it to go",
+     placed(elsewhere=(V,), elsewhere_mirrors=(
+         {**mirror(), "metadata": {**mirror()["metadata"],
+                                   "deletionTimestamp": "2026-12-02T00:00:00Z"}},)),
+     d.Requeue(5.0)),
+    ("placed, a copy on an unreachable worker does not block the mirror",
+     placed(elsewhere=(dataclasses.replace(lost(61), name="v"),), elsewhere_mirrors=(None,)),
+     d.CreateMirror("w")),
+]
+
+
+@pytest.mark.parametrize(("snapshot", "expected"), [row[1:] for row in RECORD_ROWS],
+                         ids=[row[0] for row in RECORD_ROWS])
+def test_the_record_and_the_mirrors_decide_never_the_jobs_annotations(
+        snapshot: JobSnapshot, expected: d.Action) -> None:
+    in_backoff = JobMemory(not_before=NOW + 3)  # a job that reaches the queue says Requeue(3)
+    assert d.decide(snapshot, in_backoff, CONFIG, kind=KIND) == expected

@@ -9,24 +9,29 @@ the next decision on the new state, so a new job goes from queued to mirrored in
 reconcile; a finished job's clean-up waits its turn in the ordinary lane. A 409 goes
 back to the work queue's per-key backoff. The only per-job state is each job's
 `JobMemory`, forgotten on every exit.
+
+The mirror watches also keep the ledger's count of live mirrors (`Ledger.mirror_seen`):
+every unfinished mirror of ours counts on its worker, recorded or not.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from dispatcher.api import constants as c
 from dispatcher.api.conditions import condition
+from dispatcher.api.placement import PlacementRecord
 from dispatcher.clock import Clock
 from dispatcher.config import DispatcherConfig
 from dispatcher.controllers.jobs.decide import (
     Action,
+    Adopt,
     Book,
     CreateMirror,
     DeleteMirror,
+    DeleteRecord,
     DropFinalizer,
     Enqueue,
     Finish,
@@ -35,6 +40,7 @@ from dispatcher.controllers.jobs.decide import (
     RecordPlacement,
     Reject,
     Requeue,
+    RewriteView,
     SyncStatus,
     Unplace,
     Wait,
@@ -43,10 +49,10 @@ from dispatcher.controllers.jobs.decide import (
 from dispatcher.controllers.jobs.manager_side import Conflict, ManagerWriter
 from dispatcher.controllers.jobs.memory import JobMemories, JobMemory
 from dispatcher.controllers.jobs.priority import PriorityCache
+from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.jobs.snapshot import (
     JobSnapshot,
     SnapshotReader,
-    annotations_of,
     job_key,
 )
 from dispatcher.controllers.jobs.worker_side import Refused, WorkerWriter
@@ -81,32 +87,31 @@ class JobsController:
         ledger: Ledger,
         scheduling: SchedulingLoop,
         trainjobs: Informer,
+        records: PlacementRecords,
         runtimes: dict[str, Informer],
         queue: WorkQueue,
         events: EventRecorder,
         metrics: Metrics,
         clock: Clock,
-        collect: Callable[[str], None] = lambda worker: None,
     ) -> None:
         self.config = config
-        self._collect = collect
-        """Ask for a garbage collection of one worker's orphan mirrors, soon."""
         self.registry = registry
         self.kind = kind
         self.ledger = ledger
         self.scheduling = scheduling
         self.trainjobs = trainjobs
+        self.records = records
         self.queue = queue
         self.events = events
         self.metrics = metrics
         self.clock = clock
         self.memories = JobMemories()
         self.reader = SnapshotReader(
-            config=config, kind=kind, trainjobs=trainjobs, runtimes=runtimes,
+            config=config, kind=kind, trainjobs=trainjobs, records=records, runtimes=runtimes,
             registry=registry, ledger=ledger, scheduling=scheduling,
             priorities=PriorityCache(manager, clock=clock), clock=clock)
-        self.manager = ManagerWriter(kind=kind, trainjobs=trainjobs, events=events,
-                                     metrics=metrics, clock=clock)
+        self.manager = ManagerWriter(kind=kind, trainjobs=trainjobs, records=records,
+                                     events=events, metrics=metrics, clock=clock)
         self.workers = WorkerWriter(kind=kind, origin=config.mirror.origin,
                                     create_namespaces=config.workers.create_namespaces,
                                     metrics=metrics)
@@ -117,31 +122,26 @@ class JobsController:
     # ----- event handlers: map to keys and enqueue -----
 
     def on_job_event(self, event_type: str, obj: JSON) -> None:
-        if not self.claimed(obj):
+        key = job_key(obj)
+        if not self.claimed(obj) and not self.records.of_job(key):
             return
         uid = obj["metadata"]["uid"]
         if event_type == DELETED:
+            # Its record, if any, is cleaned up by the reconcile: the mirror goes first,
+            # and the quota is released only then.
             self.scheduling.withdraw(uid)
             self.memories.forget(uid)
-            self._gone_while_placed(uid)
         else:
             memory = self.memories.of(uid)
             if memory.first_seen is None:
                 memory.first_seen = self.clock.monotonic()
-        self.queue.add(job_key(obj))
+        self.queue.add(key)
 
-    def _gone_while_placed(self, uid: str) -> None:
-        """A job deleted with its placement standing (the API server can delete an object
-        whose finalizer was added a moment before): its quota is released and its
-        worker collected at once, which deletes the mirror as an orphan."""
-        booking = self.ledger.release(uid)
-        if booking is None:
-            return
-        log.warning("%s was deleted while placed on %s; its mirror is collected",
-                    booking.key, booking.worker, extra={"job": booking.key,
-                                                        "worker": booking.worker})
-        self.scheduling.trigger()
-        self._collect(booking.worker)
+    def on_record_event(self, event_type: str, obj: JSON) -> None:
+        """A placement record changed (ours, or an admin's hand): look at its job again."""
+        job = (obj.get("spec") or {}).get("job") or {}
+        if job.get("namespace") and job.get("name"):
+            self.queue.add(f"{job['namespace']}/{job['name']}")
 
     def _memory_of_mirror(self, mirror: JSON) -> JobMemory | None:
         """The memory of the live manager job `mirror` belongs to, if there is one."""
@@ -153,6 +153,7 @@ class JobsController:
         return self.memories.of(manager_uid)
 
     def on_mirror_event(self, worker: str, event_type: str, obj: JSON) -> None:
+        self._count_mirror(worker, event_type, obj)
         memory = self._memory_of_mirror(obj)
         if memory is not None:
             if event_type == DELETED:
@@ -168,11 +169,39 @@ class JobsController:
                     memory.status_news = self.clock.monotonic()
         self.queue.add(job_key(obj), lane=Lane.URGENT)  # news about a running job
 
+    def _count_mirror(self, worker: str, event_type: str, obj: JSON) -> None:
+        """Keep the ledger's count of the live mirrors on `worker` (facts, not opinions)."""
+        metadata = obj["metadata"]
+        uid = (metadata.get("annotations") or {}).get(c.ANNOTATION_MANAGER_UID)
+        if not uid or not self.kind.is_ours(obj, manager_uid=None,
+                                            origin=self.config.mirror.origin):
+            return
+        if event_type == DELETED or self.kind.finished(obj.get("status")) is not None:
+            if self.ledger.mirror_gone(worker, uid):
+                self.scheduling.trigger()
+            return
+        self.ledger.mirror_seen(worker, uid, job_key(obj), self.mirror_demand(obj, uid))
+
+    def mirror_demand(self, mirror: JSON, uid: str) -> dict[str, Any]:
+        """What a live mirror holds: the demand it was created with, else what its spec
+        needs with the manager's runtime of that name, else its job's booking."""
+        text = (mirror["metadata"].get("annotations") or {}).get(c.ANNOTATION_DEMAND)
+        if text:
+            try:
+                return checked_vector_text(text, path=f"annotation {c.ANNOTATION_DEMAND}")
+            except DemandError:
+                pass
+        _, runtime = self.reader.runtime_of(mirror)
+        computed, _ = self.reader.demand(mirror, runtime, None)
+        booking = self.ledger.get(uid)
+        return resources.maximum([computed or {}, booking.demand if booking else {}])
+
     def on_workload_news(self, worker: str, key: str) -> None:
         """A Kueue Workload on `worker` changed: news about the job `key` if its mirror is
         there; in any case the worker's room may have changed."""
         job = self.trainjobs.get(key)
-        if job is not None and annotations_of(job).get(c.ANNOTATION_CLUSTER) == worker:
+        booking = self.ledger.get(job["metadata"]["uid"]) if job is not None else None
+        if booking is not None and booking.worker == worker:
             self.queue.add(key, lane=Lane.URGENT)
         self.scheduling.trigger()
 
@@ -183,7 +212,7 @@ class JobsController:
             "namespace") else metadata["name"]
         ref = (obj.get("kind"), key)
         for job in list(self.trainjobs.store.values()):
-            if (self.claimed(job) and c.ANNOTATION_CLUSTER not in annotations_of(job)
+            if (self.claimed(job) and job["metadata"]["uid"] not in self.ledger
                     and self.kind.runtime_ref(job) == ref):
                 self.queue.add(job_key(job))
 
@@ -235,6 +264,10 @@ class JobsController:
                 return await self._enqueue(s, entry)
             case RecordPlacement(worker=worker, demand=demand):
                 return await self._record_placement(s, memory, worker, demand)
+            case Adopt(worker=worker):
+                return await self._adopt(s, worker)
+            case RewriteView(differences=changed):
+                return await self._rewrite_view(s, changed)
             case Book(worker=worker):
                 assert s.job is not None
                 self.ledger.book(Booking(s.uid, s.key, worker, self.booked_demand(s.job, s)))
@@ -249,29 +282,60 @@ class JobsController:
                 return Result.done()
             case Finish():
                 await self._finish(s, action)
-                # The rest (mirror deletion, finalizer) holds no quota: it waits its turn
-                # behind the news and the placements already queued.
+                # The rest (mirror deletion, record, finalizer) holds no quota: it waits
+                # its turn behind the news and the placements already queued.
                 return Result.after(0)
             case Unplace():
                 return await self._unplace(s, memory, action)
             case Reject(worker=worker, reason=reason, message=message):
                 return await self._reject(s, memory, worker, reason, message)
-            case DeleteMirror(worker=worker):
-                assert s.job is not None
-                await self.workers.delete_mirror(self.registry.get(worker), s.job, memory)
+            case DeleteMirror(worker=worker, uid=uid):
+                await self._delete_mirror(worker, s.key, uid, memory)
+                return None
+            case DeleteRecord(record=record):
+                await self._delete_record(s, record)
                 return None
             case DropFinalizer():
                 assert s.job is not None
-                self._release(s.uid)
                 await self.manager.drop_finalizer(s.job)
-                self.memories.forget(s.uid)
-                return Result.done()
+                if s.claimed:
+                    self.memories.forget(s.uid)
+                return None if s.leftover is not None else Result.done()
         raise AssertionError(f"no executor for {action!r}")
 
     def _release(self, uid: str) -> None:
         self.ledger.release(uid)
         self.scheduling.withdraw(uid)
         self.scheduling.trigger()
+
+    async def _delete_mirror(self, worker_name: str, key: str, uid: str,
+                             memory: JobMemory) -> bool:
+        """Delete our mirror of job `uid` on the worker; True when it is gone."""
+        worker = self.registry.get(worker_name)
+        gone = await self.workers.delete_mirror(worker, key, uid, memory)
+        if gone and self.ledger.mirror_gone(worker_name, uid):
+            self.scheduling.trigger()
+        return gone
+
+    async def _delete_record(self, s: JobSnapshot, record: PlacementRecord) -> None:
+        """The record goes once its mirror is gone (or given up on): the quota with it."""
+        await self.manager.delete_record(record)
+        self._release(record.uid)
+        if s.job is not None and s.leftover is record and record.placed and (
+                s.job["metadata"]["uid"] == record.uid):
+            self.events.record(s.job, reason=c.REASON_NOT_CLAIMED,
+                               message=f"no longer claimed by this dispatcher: its mirror on "
+                                       f"worker {record.worker} was deleted", warning=True)
+
+    async def _write_record(self, s: JobSnapshot, *, worker: str,
+                            demand: dict[str, Any], evictions: int | None = None
+                            ) -> PlacementRecord:
+        previous = s.record
+        record = PlacementRecord(
+            uid=s.uid, key=s.key, worker=worker, demand=dict(demand),
+            evictions=(evictions if evictions is not None
+                       else previous.evictions if previous is not None else 0))
+        return await self.manager.write_record(record, previous=previous)
 
     async def _enqueue(self, s: JobSnapshot, entry: PendingJob) -> Result:
         assert s.job is not None
@@ -284,27 +348,56 @@ class JobsController:
 
     async def _record_placement(self, s: JobSnapshot, memory: JobMemory, worker: str,
                                 demand: dict[str, Any]) -> Result | None:
+        """The record first, then the job's view of it; the mirror only after both."""
         assert s.job is not None
-        updated = await self.manager.record_placement(s.job, worker, demand)
-        if updated is None:
-            self.scheduling.withdraw(s.uid)
-            return Result.done()
+        record = await self._write_record(s, worker=worker, demand=demand)
         self.scheduling.confirm(s.uid)
         memory.tombstone = None
         self.metrics.placements.labels(worker).inc()
         if memory.first_seen is not None:
             self.metrics.quota_wait.observe(self.clock.monotonic() - memory.first_seen)
+        await self.manager.write_view(s.job, record)
         return None
+
+    async def _adopt(self, s: JobSnapshot, worker: str) -> Result | None:
+        """A live mirror of the job runs on `worker` unrecorded (an earlier version kept
+        placements in annotations): record it where it runs, whatever the quota says."""
+        assert s.job is not None
+        self.scheduling.withdraw(s.uid)
+        connection = self.registry.get(worker)
+        mirror = connection.mirrors.get(s.key) if connection and connection.mirrors else None
+        held = self.mirror_demand(mirror, s.uid) if mirror is not None else {}
+        demand = resources.maximum([held, s.demand or {}])
+        record = await self._write_record(s, worker=worker, demand=demand)
+        self.ledger.book(Booking(s.uid, s.key, worker, demand))
+        self.events.record(s.job, reason=c.REASON_ADOPTED,
+                           message=f"a mirror of this job runs on worker {worker} without a "
+                                   "placement record; recorded there", warning=True)
+        await self.manager.write_view(s.job, record)
+        return None
+
+    async def _rewrite_view(self, s: JobSnapshot, changed: tuple[str, ...]) -> Result | None:
+        """Annotations and finalizer are a view of the record: an edit is undone."""
+        assert s.job is not None
+        message = ("; ".join(changed) + ". Rewritten from the placement record "
+                   f"(Placement {s.uid} in the dispatcher's namespace): these annotations and "
+                   "the finalizer are a read-only view of it")
+        log.warning("%s: %s", s.key, message, extra={"job": s.key})
+        self.metrics.edits_undone.inc()
+        self.events.record(s.job, reason=c.REASON_EDIT_UNDONE, message=message, warning=True)
+        updated = await self.manager.write_view(s.job, s.record)
+        return Result.done() if updated is None else None
 
     async def _create_mirror(self, s: JobSnapshot, memory: JobMemory,
                              worker_name: str) -> Result | None:
-        assert s.job is not None
+        assert s.job is not None and s.record is not None
         worker = self.registry.get(worker_name)
         assert worker is not None
-        outcome = await self.workers.create_mirror(s.job, worker)
+        outcome = await self.workers.create_mirror(s.job, worker, s.record.demand)
         if isinstance(outcome, Refused):
             return await self._reject(s, memory, worker_name, outcome.reason, outcome.message)
-        _, created = outcome
+        mirror, created = outcome
+        self._count_mirror(worker_name, "ADDED", mirror)
         if created:
             if memory.first_seen is not None:
                 self.metrics.dispatch_latency.observe(self.clock.monotonic() - memory.first_seen)
@@ -326,8 +419,9 @@ class JobsController:
                                       message=action.message, news_seen=news)
         return done
 
-    async def _finish(self, s: JobSnapshot, action: Finish) -> None:  # later: leave
-        """Final status sync; later the job leaves as finished (mirror deleted, finalizer).
+    async def _finish(self, s: JobSnapshot, action: Finish) -> None:
+        """Final status sync; later the job leaves as finished (mirror deleted, record,
+        finalizer).
 
         A finished mirror runs nothing, so its quota is released as soon as the manager
         records the end, as Kueue releases a finished Workload's: the next job need not
@@ -342,17 +436,25 @@ class JobsController:
                                    f"{action.finished.get('reason', '')}",
                            warning=self.kind.failed(action.finished))
 
+    async def _take_off(self, s: JobSnapshot, *, evictions: int | None = None
+                        ) -> JSON | None:
+        """The record says "not placed" (the mirror is gone), then the job's view; the
+        quota is released. The job as written, None when it is gone."""
+        assert s.job is not None
+        record = await self._write_record(s, worker="", demand={}, evictions=evictions)
+        self.ledger.release(s.uid)
+        self.scheduling.trigger()
+        return await self.manager.write_view(s.job, record)
+
     async def _unplace(self, s: JobSnapshot, memory: JobMemory, action: Unplace) -> Result:
         assert s.job is not None
         worker = self.registry.get(action.worker)
-        deleted = await self.workers.delete_mirror(worker, s.job, memory)
+        deleted = await self._delete_mirror(action.worker, s.key, s.uid, memory)
         if not deleted and worker is not None and worker.lost_since is None:
             return Result.after(self.config.workers.probe_interval_seconds)
-        updated = await self.manager.clear_placement(s.job, evictions=action.evictions)
+        updated = await self._take_off(s, evictions=action.evictions)
         if updated is None:
             return Result.done()
-        self.ledger.release(s.uid)
-        self.scheduling.trigger()
         memory.tombstone = None
         extra = ([self.kind.failed_condition(
             c.REASON_TOO_MANY_EVICTIONS, f"evicted {action.evictions} times; last: "
@@ -383,11 +485,9 @@ class JobsController:
         self.metrics.dispatch_errors.labels(worker, reason).inc()
         self.events.record(s.job, reason=reason, message=message, warning=True)
         log.warning("%s: %s", s.key, message, extra={"job": s.key, "worker": worker})
-        updated = await self.manager.clear_placement(s.job)
+        updated = await self._take_off(s)
         if updated is None:
             return Result.done()
-        self.ledger.release(s.uid)
-        self.scheduling.trigger()
         await self.manager.set_waiting(updated, reason, message)
         return None
 
@@ -395,15 +495,14 @@ class JobsController:
 
     def booked_demand(self, job: JSON, snapshot: JobSnapshot | None = None
                       ) -> dict[str, Any]:
-        """What a placed job holds: its demand annotation, but never less than what the
-        job needs now, so an edited or broken annotation cannot book less than runs."""
-        text = annotations_of(job).get(c.ANNOTATION_DEMAND, "")
-        try:
-            recorded = checked_vector_text(text, path=f"annotation {c.ANNOTATION_DEMAND}")
-        except DemandError as error:
-            log.warning("%s: %s; booking its demand as computed now", job_key(job), error,
-                        extra={"job": job_key(job)})
-            recorded = {}
+        """What a placed job holds: its recorded demand, but never less than what the job
+        needs now (its runtime may have changed since)."""
+        record = snapshot.record if snapshot is not None else self.records.of_uid(
+            job["metadata"]["uid"])
+        if record is not None and record.problem:
+            log.warning("%s: placement record: %s; booking its demand as computed now",
+                        job_key(job), record.problem, extra={"job": job_key(job)})
+        recorded = record.demand if record is not None else {}
         computed = snapshot.demand if snapshot is not None else None
         if snapshot is None:
             _, runtime = self.reader.runtime_of(job)
@@ -411,16 +510,21 @@ class JobsController:
         return resources.maximum([recorded, computed or {}])
 
     def rebuild_ledger(self) -> int:
-        """Book every placed, unfinished job from the manager's annotations; before any
-        placement."""
+        """Book every placement on record but those of finished jobs; before any
+        placement. (The live mirrors are counted as the workers' caches fill.)"""
         booked = 0
-        for job in self.trainjobs.store.values():
-            worker = annotations_of(job).get(c.ANNOTATION_CLUSTER)
-            if (worker and self.claimed(job) and self.kind.finished(job.get("status")) is None
-                    and c.FINALIZER in (job["metadata"].get("finalizers") or [])):
-                self.ledger.book(Booking(job["metadata"]["uid"], job_key(job), worker,
-                                         self.booked_demand(job)))
-                booked += 1
+        for record in self.records.all():
+            if not record.placed:
+                continue
+            job = self.trainjobs.get(record.key)
+            if job is not None and job["metadata"]["uid"] == record.uid:
+                if self.kind.finished(job.get("status")) is not None:
+                    continue
+                demand = self.booked_demand(job)
+            else:
+                demand = record.demand
+            self.ledger.book(Booking(record.uid, record.key, record.worker, demand))
+            booked += 1
         return booked
 
     def reasons(self) -> collections.Counter[str]:

@@ -1,13 +1,26 @@
 """The life of a job as one pure decision: `decide(snapshot, memory, config) -> Action`.
 
-No I/O and no clock of its own: the snapshot carries the time it was read. The rows,
+No I/O and no clock of its own: the snapshot carries the time it was read. Where a job
+is placed is its Placement record's word (never its annotations or finalizer, which any
+user who may edit the job can write), and a live mirror on a worker is a fact. The rows,
 in the order they are tried (`docs/architecture.md` draws the same arrows):
 
+- a leftover record of this name (its job gone, re-created or no longer claimed) ->
+  delete its mirror (while the worker can be reached; a worker lost past the timeout is
+  given up on), drop the finalizer of a job no longer claimed, then delete the record:
+  its quota is released only then, once nothing runs;
 - gone or not claimed -> forget it;
 - deleted on the manager -> delete the mirror (while the worker can be reached), then
-  drop the finalizer; a worker lost past the timeout is given up on (the GC cleans up);
+  the record, then drop the finalizer; a worker lost past the timeout is given up on
+  (the GC cleans up);
 - finished on the manager -> the same (the mirror is kept with `mirror.keepFinished`);
+- no record, and a live mirror of the job on a reachable worker (left by an earlier
+  version, which kept the placement in annotations) -> adopt it: record it there;
+- the job's view (annotations `cluster`, `demand`, `evictions`, the finalizer) differs
+  from the record -> rewrite it from the record, and say so in an event;
 - placed, not yet booked (after a restart) -> book it;
+- placed, a live mirror of it on another reachable worker -> delete that one first
+  (never two copies at once);
 - placed and suspended -> take it off the worker (not an eviction);
 - placed on a worker no longer registered -> evict (WorkerLost); lost past
   `workers.lostTimeoutSeconds` -> evict (WorkerLost), or with `workers.whenLost: Wait`
@@ -41,6 +54,7 @@ from fractions import Fraction
 from typing import Any
 
 from dispatcher.api import constants as c
+from dispatcher.api.placement import PlacementRecord
 from dispatcher.config import DispatcherConfig, WhenWorkerLost
 from dispatcher.controllers.jobs.admission import (
     UNCOUNTED_EVICTIONS,
@@ -49,7 +63,13 @@ from dispatcher.controllers.jobs.admission import (
     admission_of,
 )
 from dispatcher.controllers.jobs.memory import JobMemory
-from dispatcher.controllers.jobs.snapshot import JobSnapshot, WorkerState, annotations_of
+from dispatcher.controllers.jobs.snapshot import (
+    JobSnapshot,
+    WorkerState,
+    annotations_of,
+    holds_finalizer,
+)
+from dispatcher.controllers.jobs.view import differences
 from dispatcher.kinds import JobKind
 from dispatcher.placement.scheduler import PendingJob
 from dispatcher.placement.selector import SelectorError, parse_selector
@@ -157,6 +177,29 @@ class Reject:
 @dataclass(frozen=True)
 class DeleteMirror:
     worker: str
+    uid: str
+    """The manager UID the mirror must carry (a leftover's may not be the job's)."""
+
+
+@dataclass(frozen=True)
+class DeleteRecord:
+    """The placement record goes (its mirror is gone or given up on): quota released."""
+
+    record: PlacementRecord
+
+
+@dataclass(frozen=True)
+class Adopt:
+    """A live mirror of the job runs on `worker` with no record of it: record it there."""
+
+    worker: str
+
+
+@dataclass(frozen=True)
+class RewriteView:
+    """The job's annotations or finalizer differ from its record: rewrite them."""
+
+    differences: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -165,19 +208,57 @@ class DropFinalizer:
 
 
 Action = (Forget | Requeue | Wait | Enqueue | RecordPlacement | Book | CreateMirror
-          | SyncStatus | Hold | Finish | Unplace | Reject | DeleteMirror | DropFinalizer)
+          | SyncStatus | Hold | Finish | Unplace | Reject | DeleteMirror | DeleteRecord
+          | Adopt | RewriteView | DropFinalizer)
 
 
 def decide(snapshot: JobSnapshot, memory: JobMemory, config: DispatcherConfig, *,
            kind: JobKind) -> Action:
+    if snapshot.leftover is not None:
+        return _clean_up(snapshot, config)
     job = snapshot.job
     if job is None or not snapshot.claimed:
         return Forget()
     if job["metadata"].get("deletionTimestamp") or kind.finished(job.get("status")):
         return _leave(snapshot, config, kind=kind)
+    if snapshot.record is None:
+        adoptable = _adoptable(snapshot, config, kind=kind)
+        if adoptable is not None:
+            return Adopt(adoptable)
+    changed = differences(job, snapshot.record)
+    if changed:
+        return RewriteView(tuple(changed))
     if snapshot.placed_on is not None:
         return _placed(snapshot, config, kind=kind)
     return _pending(snapshot, memory)
+
+
+def _clean_up(s: JobSnapshot, config: DispatcherConfig) -> Action:
+    """A record whose job is gone, re-created or no longer claimed: its mirror first."""
+    record = s.leftover
+    assert record is not None
+    if record.placed:
+        worker = s.leftover_worker
+        if worker is not None and worker.usable:
+            if s.leftover_mirror is not None:
+                return DeleteMirror(record.worker, record.uid)
+        elif not _given_up(worker, config):
+            return Requeue(config.workers.probe_interval_seconds)
+    if (s.job is not None and s.job["metadata"]["uid"] == record.uid
+            and holds_finalizer(s.job)):
+        return DropFinalizer()
+    return DeleteRecord(record)
+
+
+def _adoptable(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> str | None:
+    """A reachable worker where a live mirror of this job runs unrecorded, if any."""
+    for worker, mirror in zip(s.elsewhere, s.elsewhere_mirrors, strict=True):
+        if (worker.usable and mirror is not None
+                and not mirror["metadata"].get("deletionTimestamp")
+                and kind.is_ours(mirror, manager_uid=s.uid, origin=config.mirror.origin)
+                and kind.finished(mirror.get("status")) is None):
+            return worker.name
+    return None
 
 
 
@@ -188,19 +269,24 @@ def _given_up(worker: WorkerState | None, config: DispatcherConfig) -> bool:
 
 
 def _leave(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> Action:
-    """Deleted or finished on the manager: the mirror goes first, then the finalizer."""
+    """Deleted or finished on the manager: the mirror goes first, then the record, then
+    the finalizer."""
+    assert s.job is not None
+    record = s.record
+    if record is None:
+        return DropFinalizer() if holds_finalizer(s.job) else Forget()
     if s.placed_on is None:
-        return Forget()
-    deleting = bool(s.job and s.job["metadata"].get("deletionTimestamp"))
+        return DeleteRecord(record)
+    deleting = bool(s.job["metadata"].get("deletionTimestamp"))
     if not deleting and config.mirror.keep_finished:
-        return DropFinalizer()
+        return DeleteRecord(record)
     if s.worker is not None and s.worker.usable:
         if s.mirror is not None and kind.is_ours(s.mirror, manager_uid=s.uid,
                                                  origin=config.mirror.origin):
-            return DeleteMirror(s.placed_on)
-        return DropFinalizer()
+            return DeleteMirror(s.placed_on, s.uid)
+        return DeleteRecord(record)
     if _given_up(s.worker, config):
-        return DropFinalizer()
+        return DeleteRecord(record)
     return Requeue(config.workers.probe_interval_seconds)
 
 
@@ -212,7 +298,7 @@ def _evict(s: JobSnapshot, config: DispatcherConfig, reason: str, message: str, 
     if not counted:
         return Unplace(s.placed_on, reason, f"{message}; requeued", eviction=True,
                        exclude=exclude)
-    evictions = int(annotations_of(s.job).get(c.ANNOTATION_EVICTIONS, "0") or 0) + 1
+    evictions = (s.record.evictions if s.record is not None else 0) + 1
     delay = config.mirror.requeue_backoff_seconds * 2 ** (evictions - 1) if backoff else 0.0
     return Unplace(s.placed_on, reason, f"{message}; requeued", eviction=True,
                    evictions=evictions, fail=evictions >= config.mirror.max_evictions,
@@ -224,6 +310,11 @@ def _placed(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> Actio
     name = s.placed_on
     if not s.booked:
         return Book(name)
+    for other, stray in zip(s.elsewhere, s.elsewhere_mirrors, strict=True):
+        if other.usable and stray is not None:
+            if stray["metadata"].get("deletionTimestamp"):
+                return Requeue(config.workers.probe_interval_seconds)
+            return DeleteMirror(other.name, s.uid)
     if s.job["spec"].get("suspend"):
         return Unplace(name, c.REASON_SUSPENDED,
                        "suspended: mirror removed and quota released", eviction=False)

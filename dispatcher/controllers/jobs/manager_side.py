@@ -1,28 +1,33 @@
-"""The writes to the manager job: placement, status, finalizer, and the events about it.
+"""The writes on the manager: the placement record, the job's view of it, its status
+and finalizer, and the events about it.
 
-Each write is one merge patch carrying the resourceVersion it was decided on where
-order matters (placement, finalizer), so a decision taken on a stale copy fails with a
-409 and is decided again; the written object goes into the cache at once
-(`Informer.remember`). A 404 means the job is gone: nothing left to do.
+The record (a Placement object in the dispatcher's namespace) is written first, the
+job's view of it (annotations, finalizer) after. Each write carries the resourceVersion
+it was decided on where order matters (record, view, finalizer), so a decision taken on
+a stale copy fails with a 409 and is decided again; the written object goes into the
+cache at once (`Informer.remember`). A 404 on the job means it is gone: nothing left to
+do there.
 """
 
 from __future__ import annotations
 
 import logging
-from fractions import Fraction
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.api import constants as c
 from dispatcher.api.conditions import condition
+from dispatcher.api.placement import PLACEMENTS, PlacementRecord, placement_body, placement_spec
 from dispatcher.clock import Clock
 from dispatcher.controllers import status as st
+from dispatcher.controllers.jobs.records import PlacementRecords
+from dispatcher.controllers.jobs.view import desired_view
 from dispatcher.kinds import JobKind
 from dispatcher.kube.informer import Informer
+from dispatcher.kube.resource import Resource
 from dispatcher.observability.events import EventRecorder
 from dispatcher.observability.metrics import Metrics
-from dispatcher.placement import resources
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -32,11 +37,18 @@ class Conflict(Exception):
     """The job changed since the decision; decide again (with the key's backoff)."""
 
 
+class RecordNamespaceMissing(RuntimeError):
+    """Placement records live in the dispatcher's namespace, which must exist."""
+
+
 class ManagerWriter:
-    def __init__(self, *, kind: JobKind, trainjobs: Informer, events: EventRecorder,
-                 metrics: Metrics, clock: Clock) -> None:
+    def __init__(self, *, kind: JobKind, trainjobs: Informer, records: PlacementRecords,
+                 events: EventRecorder, metrics: Metrics, clock: Clock) -> None:
         self.kind = kind
         self.cache = trainjobs
+        self.records = records
+        self._placements = Resource(trainjobs.resource.client, PLACEMENTS)
+        self._namespace = records.informer.namespace or ""
         self.events = events
         self.metrics = metrics
         self.clock = clock
@@ -103,27 +115,50 @@ class ManagerWriter:
         desired = st.with_mirror(self.kind, job.get("status") or {}, dispatched)
         return await self.write_status(job, desired)
 
-    async def record_placement(self, job: JSON, worker: str,
-                               demand: dict[str, Fraction]) -> JSON | None:
-        """Annotation and finalizer in one write, before anything is created remotely."""
+    async def write_record(self, record: PlacementRecord, *,
+                           previous: PlacementRecord | None) -> PlacementRecord:
+        """Create the job's record, or replace the spec of `previous` (as decided on)."""
+        try:
+            if previous is None:
+                written = await self._placements.create(
+                    placement_body(record, namespace=self._namespace),
+                    namespace=self._namespace)
+            else:
+                written = await self._placements.merge_patch(record.uid, {
+                    "metadata": {"resourceVersion": previous.resource_version},
+                    "spec": placement_spec(record)}, namespace=self._namespace)
+        except ApiException as error:
+            if error.status == 404 and previous is None:
+                raise RecordNamespaceMissing(
+                    f"cannot record the placement of {record.key}: the dispatcher's "
+                    f"namespace {self._namespace!r} does not exist") from None
+            if error.status in (404, 409):
+                raise Conflict(f"the placement record of {record.key} changed") from None
+            raise
+        self.records.remember(written)
+        return self.records.of_uid(record.uid) or record
+
+    async def delete_record(self, record: PlacementRecord) -> None:
+        try:
+            await self._placements.delete(
+                record.uid, namespace=self._namespace,
+                resource_version=record.resource_version)
+        except ApiException as error:
+            if error.status == 409:
+                raise Conflict(f"the placement record of {record.key} changed") from None
+            raise
+        self.records.forget(record)
+
+    async def write_view(self, job: JSON, record: PlacementRecord | None) -> JSON | None:
+        """The job's annotations and finalizer as `record` says (one write)."""
         metadata = job["metadata"]
-        finalizers = list(dict.fromkeys([*(metadata.get("finalizers") or []), c.FINALIZER]))
+        view = desired_view(record)
+        finalizers = [f for f in metadata.get("finalizers") or [] if f != c.FINALIZER]
+        if view.finalizer:
+            finalizers.append(c.FINALIZER)
         return await self._patch(job, {"metadata": {
             "resourceVersion": metadata["resourceVersion"], "finalizers": finalizers,
-            "annotations": {c.ANNOTATION_CLUSTER: worker,
-                            c.ANNOTATION_DEMAND: resources.format_vector(demand)},
-        }})
-
-    async def clear_placement(self, job: JSON, *, evictions: int | None = None) -> JSON | None:
-        metadata = job["metadata"]
-        annotations: dict[str, str | None] = {c.ANNOTATION_CLUSTER: None,
-                                              c.ANNOTATION_DEMAND: None}
-        if evictions is not None:
-            annotations[c.ANNOTATION_EVICTIONS] = str(evictions)
-        return await self._patch(job, {"metadata": {
-            "resourceVersion": metadata["resourceVersion"],
-            "finalizers": [f for f in metadata.get("finalizers") or [] if f != c.FINALIZER],
-            "annotations": annotations,
+            "annotations": view.annotations,
         }})
 
     async def drop_finalizer(self, job: JSON) -> None:

@@ -1,11 +1,13 @@
 """Everything a decision about one job looks at, read from the caches in one go.
 
-`SnapshotReader.read(key)` gathers the manager job, whether it is claimed and where it
-is placed, its worker's state, its mirror (or the tombstone of one deleted under it),
-the mirror's Kueue Workload on a worker that runs Kueue, its runtime and demand
-(computed once per job generation and runtime version), its priority, and the
-scheduler's reservation for it. Nothing here writes anything: the snapshot is the input
-of `decide`.
+`SnapshotReader.read(key)` gathers the manager job, whether it is claimed, its placement
+record (where it is placed: never from anything a user can write on the job), a
+leftover record to clean up (its job gone, re-created or no longer claimed) with that
+record's worker and mirror, its worker's state, its mirror (or the tombstone of one
+deleted under it), the live mirrors of the job on other workers, the mirror's Kueue
+Workload on a worker that runs Kueue, its runtime and demand (computed once per job
+generation and runtime version), its priority, and the scheduler's reservation for it.
+Nothing here writes anything: the snapshot is the input of `decide`.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from fractions import Fraction
 from typing import Any
 
 from dispatcher.api import constants as c
+from dispatcher.api.placement import PlacementRecord
 from dispatcher.clock import Clock
 from dispatcher.config import DispatcherConfig
 from dispatcher.controllers.jobs.memory import JobMemory
 from dispatcher.controllers.jobs.priority import PriorityCache
+from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.scheduling import SchedulingLoop
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
 from dispatcher.kinds import JobKind
@@ -36,6 +40,10 @@ def job_key(obj: JSON) -> str:
 
 def annotations_of(job: JSON) -> dict[str, str]:
     return job["metadata"].get("annotations") or {}
+
+
+def holds_finalizer(job: JSON) -> bool:
+    return c.FINALIZER in (job["metadata"].get("finalizers") or [])
 
 
 @dataclass(frozen=True)
@@ -59,8 +67,20 @@ class JobSnapshot:
     """Wall-clock time of the reading (to compare with the clusters' timestamps)."""
     job: JSON | None = None
     claimed: bool = False
+    record: PlacementRecord | None = None
+    """The job's own placement record, while it is claimed."""
     placed_on: str | None = None
-    """The worker of the placement annotation, while the finalizer holds it."""
+    """The worker of the job's placement record."""
+    leftover: PlacementRecord | None = None
+    """A record of this name to clean up first: its job is gone, was re-created, or is
+    no longer claimed."""
+    leftover_worker: WorkerState | None = None
+    leftover_mirror: JSON | None = None
+    """The leftover's mirror on its worker, when the worker can be read."""
+    elsewhere: tuple[WorkerState, ...] = ()
+    """The other workers where a live mirror of the job was seen."""
+    elsewhere_mirrors: tuple[JSON | None, ...] = ()
+    """Those mirrors, as each worker's cache has them (None where it cannot be read)."""
     booked: bool = False
     """Whether the ledger books the job on `placed_on`."""
     worker: WorkerState | None = None
@@ -83,12 +103,14 @@ class JobSnapshot:
 
 class SnapshotReader:
     def __init__(self, *, config: DispatcherConfig, kind: JobKind, trainjobs: Informer,
+                 records: PlacementRecords,
                  runtimes: dict[str, Informer], registry: WorkerRegistry, ledger: Ledger,
                  scheduling: SchedulingLoop, priorities: PriorityCache,
                  clock: Clock) -> None:
         self._config = config
         self._kind = kind
         self._jobs = trainjobs
+        self._records = records
         self._runtimes = runtimes
         self._registry = registry
         self._ledger = ledger
@@ -120,12 +142,16 @@ class SnapshotReader:
     async def read(self, key: str, memory: JobMemory | None) -> JobSnapshot:
         now, wall = self._clock.monotonic(), self._clock.time()
         job = self._jobs.get(key)
-        if job is None or not self.claimed(job):
-            return JobSnapshot(key=key, now=now, wall=wall, job=job)
-        uid = job["metadata"]["uid"]
-        worker_name = annotations_of(job).get(c.ANNOTATION_CLUSTER)
-        has_finalizer = c.FINALIZER in (job["metadata"].get("finalizers") or [])
-        placed_on = worker_name if worker_name and has_finalizer else None
+        claimed = job is not None and self.claimed(job)
+        uid = job["metadata"]["uid"] if job is not None else None
+        records = self._records.of_job(key)
+        record = next((r for r in records if r.uid == uid), None) if claimed else None
+        leftover = next((r for r in records if r is not record), None)
+        leftover_fields = self._leftover(key, leftover)
+        if job is None or not claimed:
+            return JobSnapshot(key=key, now=now, wall=wall, job=job, **leftover_fields)
+        assert uid is not None
+        placed_on = record.worker if record is not None and record.placed else None
         runtime_name, runtime = self.runtime_of(job)
         demand, error = self.demand(job, runtime, memory)
         connection = self._registry.get(placed_on) if placed_on else None
@@ -140,8 +166,13 @@ class SnapshotReader:
             tombstone = memory.tombstone[1]
         booking = self._ledger.get(uid)
         pending = placed_on is None and not job["metadata"].get("deletionTimestamp")
+        others = [other for name in self._ledger.mirrors_of(uid) if name != placed_on
+                  and (other := self._registry.get(name)) is not None]
         return JobSnapshot(
-            key=key, now=now, wall=wall, job=job, claimed=True, placed_on=placed_on,
+            key=key, now=now, wall=wall, job=job, claimed=True, record=record,
+            placed_on=placed_on, **leftover_fields,
+            elsewhere=tuple(self._worker_state(other) for other in others),
+            elsewhere_mirrors=tuple(self._mirror_of(other, key, uid) for other in others),
             booked=booking is not None and booking.worker == placed_on,
             worker=self._worker_state(connection) if connection else None,
             mirror=mirror, tombstone=tombstone, workload=workload, runtime=runtime,
@@ -150,6 +181,26 @@ class SnapshotReader:
             priority=await self._priorities.priority(job) if pending and demand else 0,
             reservation=self._scheduling.reservation(uid),
         )
+
+    def _mirror_of(self, connection: WorkerConnection, key: str, uid: str) -> JSON | None:
+        """Our mirror of job `uid` in the worker's cache, when the cache can be trusted."""
+        if not connection.usable():
+            return None
+        assert connection.mirrors is not None
+        found = connection.mirrors.get(key)
+        if found is not None and self._kind.is_ours(
+                found, manager_uid=uid, origin=self._config.mirror.origin):
+            return found
+        return None
+
+    def _leftover(self, key: str, record: PlacementRecord | None) -> dict[str, Any]:
+        if record is None:
+            return {}
+        connection = self._registry.get(record.worker) if record.placed else None
+        return {"leftover": record,
+                "leftover_mirror": (self._mirror_of(connection, key, record.uid)
+                                    if connection else None),
+                "leftover_worker": self._worker_state(connection) if connection else None}
 
     def _worker_state(self, worker: WorkerConnection) -> WorkerState:
         lost_for = (self._clock.time() - worker.lost_since

@@ -1,5 +1,9 @@
 """The writes on a worker: create a job's mirror, delete it. Only ever our own.
 
+A mirror carries the origin label, the manager job's UID and the demand booked for it
+(`dispatcher.trainjob.io/demand`), so the ledger can count it as what it is: evidence of
+what runs on the worker, whatever the manager says.
+
 A create that meets a 409 reads what is there and accepts it only when it carries our
 origin label and the manager job's UID; anything else there is a name conflict. A
 refusal (400, 403, 404, 409, 422) is the worker rejecting the mirror. Deletes carry the
@@ -9,7 +13,9 @@ an object we did not create is never touched.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -21,6 +27,7 @@ from dispatcher.controllers.workers import WorkerConnection
 from dispatcher.kinds import JobKind
 from dispatcher.kube.resource import NAMESPACES, Resource, message_of
 from dispatcher.observability.metrics import Metrics
+from dispatcher.placement import resources
 
 JSON = dict[str, Any]
 _REJECTION_CODES = {400, 403, 404, 409, 422}
@@ -54,13 +61,14 @@ class WorkerWriter:
                 raise
         known.add(namespace)
 
-    async def create_mirror(self, job: JSON, worker: WorkerConnection
-                            ) -> tuple[JSON, bool] | Refused:
+    async def create_mirror(self, job: JSON, worker: WorkerConnection,
+                            demand: Mapping[str, Fraction]) -> tuple[JSON, bool] | Refused:
         """(the mirror now on the worker, whether this call created it), or why not."""
         assert worker.client is not None and worker.mirrors is not None
         metadata = job["metadata"]
         body = self.kind.build_mirror(job, origin=self.origin,
                                       local_queue=worker.spec.local_queue)
+        body["metadata"]["annotations"][c.ANNOTATION_DEMAND] = resources.format_vector(demand)
         remote = Resource(worker.client, self.kind.kind)
         await self._ensure_namespace(worker, metadata["namespace"])
         try:
@@ -83,16 +91,15 @@ class WorkerWriter:
         worker.mirrors.remember(created)
         return created, True
 
-    async def delete_mirror(self, worker: WorkerConnection | None, job: JSON,
+    async def delete_mirror(self, worker: WorkerConnection | None, key: str, uid: str,
                             memory: JobMemory) -> bool:
-        """Delete our mirror of `job` if the worker is reachable; True when it is gone."""
+        """Delete our mirror of job `uid` (named `key`) if the worker is reachable; True
+        when it is gone."""
         if worker is None or not worker.usable():
             return False
         assert worker.client is not None and worker.mirrors is not None
-        key = job_key(job)
         mirror = worker.mirrors.get(key)
-        if mirror is None or not self.kind.is_ours(mirror, manager_uid=job["metadata"]["uid"],
-                                                   origin=self.origin):
+        if mirror is None or not self.kind.is_ours(mirror, manager_uid=uid, origin=self.origin):
             return True
         metadata = mirror["metadata"]
         memory.deleted_mirrors.add(metadata["uid"])
