@@ -31,6 +31,7 @@ from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKU
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource
 from dispatcher.localcluster import LocalControlPlane
+from dispatcher.localcluster.cluster import DISPATCHER_NAMESPACE
 from dispatcher.localcluster.simulated_trainer import RUN_SECONDS_ANNOTATION, SimulatedTrainer
 from tests.factories import trainjob
 from tests.invariants import check_invariants
@@ -173,7 +174,8 @@ async def drain_and_check(clients: dict[str, ClusterClient], created: int,
     evictions = sum(int((j["metadata"].get("annotations") or {}).get(
         c.ANNOTATION_EVICTIONS, 0)) for j in items)
     problems = await check_invariants(clients, NAMESPACE, origin=NAMESPACE,
-                                      workers={w: QUOTA for w in WORKERS})
+                                      workers={w: QUOTA for w in WORKERS},
+                                      system_namespace=DISPATCHER_NAMESPACE)
     return {"minutes": round((time.monotonic() - started) / 60, 1), "jobs_created": created,
             "states": dict(states), "evictions": evictions, "faults": dict(faults),
             "invariant_violations": problems}

@@ -1,0 +1,243 @@
+"""A namespace user who may edit TrainJobs cannot forge a placement, on real API servers.
+
+The user is a real identity (a client certificate) bound by RBAC to edit TrainJobs in
+one namespace, and nothing else: not their status, not the dispatcher's namespace. Every
+edit they can make to a job is tried while the workers are full; what is asserted is read
+from the workers' own objects: never two live mirrors of one job, never more live mirror
+demand on a worker than its quota, no mirror left behind. Then the same after a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from dispatcher.api import constants as c
+from dispatcher.api.placement import PLACEMENTS, placement_body, record_of
+from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
+from dispatcher.app import Dispatcher
+from dispatcher.kube.client import ClientSettings, ClusterClient
+from dispatcher.kube.resource import Resource, ResourceKind
+from dispatcher.localcluster import LocalControlPlane
+from dispatcher.localcluster.pki import sign_client_certificate
+from dispatcher.placement import resources
+from tests.factories import trainjob
+from tests.integration.conftest import StartDispatcher, eventually
+from tests.invariants import check_invariants, live_mirror_demand
+
+pytestmark = pytest.mark.integration
+WORKERS = ("worker-a", "worker-b")
+QUOTA = {"cpu": "4", "memory": "64Gi"}
+FULL = {"cpu": "4"}
+"""Each job's nodes ask for the whole of a worker's CPU quota."""
+_ROLES = ResourceKind("rbac.authorization.k8s.io", "v1", "roles", namespaced=True)
+_ROLE_BINDINGS = ResourceKind("rbac.authorization.k8s.io", "v1", "rolebindings",
+                              namespaced=True)
+_EVENTS = ResourceKind("events.k8s.io", "v1", "events", namespaced=True)
+
+
+@contextlib.asynccontextmanager
+async def namespace_editor(control_plane: LocalControlPlane, admin: ClusterClient,
+                           namespace: str) -> AsyncIterator[ClusterClient]:
+    """A client for a user who may do anything to TrainJobs in `namespace` but write
+    their status (what the `edit` role gives on them), and nothing elsewhere."""
+    user = f"{namespace}-editor"
+    await Resource(admin, _ROLES).create({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "trainjob-editor", "namespace": namespace},
+        "rules": [{"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"],
+                   "verbs": ["get", "list", "watch", "create", "update", "patch", "delete",
+                             "deletecollection"]}]}, namespace=namespace)
+    await Resource(admin, _ROLE_BINDINGS).create({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "trainjob-editor", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "trainjob-editor"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                      "name": user}]}, namespace=namespace)
+    cluster = control_plane.clusters["manager"]
+    cert, key = sign_client_certificate(cluster.certs, user=user, groups=[])
+    client = await ClusterClient.from_kubeconfig(
+        name=user, kubeconfig=cluster.kubeconfig(user=user, cert=cert, key=key),
+        settings=ClientSettings(qps=100, burst=100, timeout_seconds=10))
+    try:
+        jobs = Resource(client, TRAINJOBS)
+        await eventually(lambda: _can_list(jobs, namespace), timeout=10)  # RBAC in force
+        yield client
+    finally:
+        await client.close()
+
+
+async def _can_list(jobs: Resource, namespace: str) -> bool:
+    try:
+        await jobs.list(namespace=namespace)
+    except ApiException:
+        return False
+    return True
+
+
+def full_job(name: str, namespace: str, **kwargs: Any) -> dict[str, Any]:
+    return trainjob(name, namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                    resources_per_node={"requests": FULL}, **kwargs)
+
+
+def forged(name: str, namespace: str, worker: str) -> dict[str, Any]:
+    """A new job that claims to be placed already, as a user can write it."""
+    job = full_job(name, namespace, annotations={
+        c.ANNOTATION_CLUSTER: worker, c.ANNOTATION_DEMAND: "cpu=1,pods=1"})
+    job["metadata"]["finalizers"] = [c.FINALIZER]
+    return job
+
+
+def dispatched(job: dict[str, Any] | None) -> dict[str, Any]:
+    for cond in ((job or {}).get("status") or {}).get("conditions") or []:
+        if cond["type"] == c.CONDITION_DISPATCHED:
+            return dict(cond)
+    return {}
+
+
+class Fleet:
+    """What the workers really run, read from their own objects."""
+
+    def __init__(self, clients: dict[str, ClusterClient], namespace: str) -> None:
+        self.clients = clients
+        self.namespace = namespace
+
+    async def mirrors_of(self, name: str) -> list[str]:
+        return [w for w in WORKERS if await Resource(self.clients[w], TRAINJOBS).get(
+            name, namespace=self.namespace) is not None]
+
+    async def within_quota(self) -> list[str]:
+        """Workers whose live mirrors need more than the quota (empty when none)."""
+        over = []
+        for worker in WORKERS:
+            running = await live_mirror_demand(self.clients[worker], self.namespace,
+                                               origin=self.namespace)
+            if not resources.fits(running, resources.parse_vector(QUOTA)):
+                over.append(f"{worker}: {running}")
+        return over
+
+    async def invariants(self) -> list[str]:
+        return await check_invariants(self.clients, self.namespace, origin=self.namespace,
+                                      workers={w: QUOTA for w in WORKERS})
+
+
+async def events_of(admin: ClusterClient, namespace: str, name: str, reason: str
+                    ) -> list[dict[str, Any]]:
+    listed = await Resource(admin, _EVENTS).list(namespace=namespace)
+    return [e for e in listed["items"]
+            if e["regarding"]["name"] == name and e["reason"] == reason]
+
+
+async def start(start_dispatcher: StartDispatcher, plane: LocalControlPlane) -> Dispatcher:
+    return await start_dispatcher(workers={"static": [
+        {"name": w, "kubeconfig": str(plane.clusters[w].kubeconfig_path), "quota": QUOTA}
+        for w in WORKERS]})
+
+
+async def test_a_namespace_editor_cannot_move_skip_the_queue_or_hide_a_mirror(
+    start_dispatcher: StartDispatcher, control_plane: LocalControlPlane,
+    admin_clients: dict[str, ClusterClient], namespace: str,
+) -> None:
+    admin = admin_clients["manager"]
+    fleet = Fleet(admin_clients, namespace)
+    dispatcher = await start(start_dispatcher, control_plane)
+    async with namespace_editor(control_plane, admin, namespace) as user:
+        jobs = Resource(user, TRAINJOBS)
+        # What RBAC refuses the user outright: the record and the status.
+        with pytest.raises(ApiException) as refused:
+            await Resource(user, PLACEMENTS).create(
+                placement_body(record_of({"spec": {"job": {"namespace": namespace,
+                                                            "name": "x", "uid": "u"},
+                                                    "worker": "worker-a"}}),
+                               namespace=f"{namespace}-system"),
+                namespace=f"{namespace}-system")
+        assert refused.value.status == 403
+
+        for name in ("first", "second"):
+            await jobs.create(full_job(name, namespace), namespace=namespace)
+        where: dict[str, str] = {}
+        for name in ("first", "second"):
+            mirrors = await eventually(lambda n=name: fleet.mirrors_of(n), timeout=20)
+            assert len(mirrors) == 1
+            where[name] = mirrors[0]
+        assert set(where.values()) == set(WORKERS)
+        with pytest.raises(ApiException) as refused:
+            await jobs.merge_patch("first", {"status": {"conditions": []}},
+                                   namespace=namespace, subresource="status")
+        assert refused.value.status == 403
+
+        # 1. Moving a placed job by its annotation: undone, and no second copy.
+        other = where["second"]
+        await jobs.merge_patch("first", {"metadata": {"annotations": {
+            c.ANNOTATION_CLUSTER: other, c.ANNOTATION_DEMAND: "cpu=1"}}}, namespace=namespace)
+        await eventually(lambda: events_of(admin, namespace, "first", c.REASON_EDIT_UNDONE),
+                         timeout=15)
+
+        async def restored() -> bool:
+            job = await jobs.get("first", namespace=namespace) or {}
+            return (job["metadata"].get("annotations") or {}).get(
+                c.ANNOTATION_CLUSTER) == where["first"]
+        await eventually(restored, timeout=10)
+        assert await fleet.mirrors_of("first") == [where["first"]]
+        assert not await fleet.within_quota()
+
+        # 2. Skipping the queue: a new job with a forged placement and our finalizer,
+        #    while both workers are full, waits its turn like any other.
+        await jobs.create(forged("forged", namespace, where["first"]), namespace=namespace)
+
+        async def queued() -> dict[str, Any] | None:
+            job = await jobs.get("forged", namespace=namespace)
+            return job if dispatched(job).get("reason") == c.REASON_WAITING_FOR_QUOTA else None
+        job = await eventually(queued, timeout=15)
+        assert c.ANNOTATION_CLUSTER not in (job["metadata"].get("annotations") or {})
+        assert c.FINALIZER not in (job["metadata"].get("finalizers") or [])
+        assert await events_of(admin, namespace, "forged", c.REASON_EDIT_UNDONE)
+        assert await fleet.mirrors_of("forged") == []
+
+        # 3. Stripping the finalizer of a placed job, then deleting it: its mirror goes
+        #    at once, and its quota is given to the next job only once it has gone.
+        await jobs.merge_patch("first", {"metadata": {"finalizers": None}},
+                               namespace=namespace)
+        await jobs.delete("first", namespace=namespace)
+
+        async def moved_in() -> bool:
+            assert not await fleet.within_quota(), "live mirrors over a worker's quota"
+            return (await fleet.mirrors_of("first") == []
+                    and await fleet.mirrors_of("forged") == [where["first"]])
+        await eventually(moved_in, timeout=30, interval=0.02)
+        assert dispatcher.ledger.used(where["first"]).get("cpu") == 4
+        assert not await fleet.invariants()
+
+        # 4. After a restart the ledger comes from the records and the live mirrors:
+        #    another forged job still waits, and nothing runs twice.
+        await start_dispatcher.stop(dispatcher)
+        await jobs.create(forged("after-restart", namespace, where["second"]),
+                          namespace=namespace)
+        dispatcher = await start(start_dispatcher, control_plane)
+        assert {w: dispatcher.ledger.used(w).get("cpu") for w in WORKERS} == {
+            w: 4 for w in WORKERS}
+
+        async def queued_again() -> bool:
+            job = await jobs.get("after-restart", namespace=namespace)
+            return dispatched(job).get("reason") == c.REASON_WAITING_FOR_QUOTA
+        await eventually(queued_again, timeout=15)
+        assert await fleet.mirrors_of("after-restart") == []
+        assert not await fleet.within_quota()
+        assert not await fleet.invariants()
+
+        # Every job deleted by the user: no mirror left behind.
+        for name in ("second", "forged", "after-restart"):
+            await jobs.delete(name, namespace=namespace)
+
+        async def all_gone() -> bool:
+            left = [n for n in ("second", "forged", "after-restart")
+                    if await fleet.mirrors_of(n)]
+            return not left and not (await jobs.list(namespace=namespace))["items"]
+        await eventually(all_gone, timeout=30)
+        assert not (await Resource(admin, PLACEMENTS).list(
+            namespace=f"{namespace}-system"))["items"]
