@@ -17,13 +17,13 @@ import pytest_asyncio
 import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from dispatcher.admin import ensure_namespace
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINJOBS
 from dispatcher.app import Dispatcher
 from dispatcher.config import DispatcherConfig
-from dispatcher.kube.client import ClusterClient
+from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import Resource, ResourceKind
 from dispatcher.localcluster import LocalControlPlane
-from dispatcher.localcluster.cluster import create_namespace
 from tests.factories import condition, trainjob
 
 SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
@@ -88,8 +88,8 @@ class DispatcherRunner:
                        **overrides: Any) -> Dispatcher:
         config = DispatcherConfig.model_validate(
             deep_merge(base_config(self._plane, self._namespace), overrides))
-        await create_namespace(self._plane.clusters["manager"], config.namespace)
         kubeconfig = manager_kubeconfig or self._plane.clusters["manager"].kubeconfig()
+        await _dispatcher_namespace(kubeconfig, config.namespace)
         dispatcher = Dispatcher(config, manager_kubeconfig=kubeconfig,
                                 instance=f"test-{len(self.tasks)}")
         task = asyncio.create_task(dispatcher.run(), name=f"dispatcher-{len(self.tasks)}")
@@ -135,6 +135,20 @@ async def start_dispatcher(
     runner = DispatcherRunner(control_plane, namespace)
     yield runner
     await runner.stop()
+
+
+async def _dispatcher_namespace(kubeconfig: dict[str, Any], name: str) -> None:
+    """The dispatcher's namespace (its Placement records live there), as deploy/ makes
+    it; a kubeconfig that may not create namespaces finds it made already."""
+    client = await ClusterClient.from_kubeconfig(name="namespace", kubeconfig=kubeconfig,
+                                                 settings=ClientSettings(timeout_seconds=10))
+    try:
+        await ensure_namespace(client, name)
+    except ApiException as error:
+        if error.status != 403:
+            raise
+    finally:
+        await client.close()
 
 
 async def _serving(dispatcher: Dispatcher) -> bool:
