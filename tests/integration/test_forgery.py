@@ -20,6 +20,7 @@ from dispatcher.api import constants as c
 from dispatcher.api.placement import PLACEMENTS, placement_body, record_of
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.app import Dispatcher
+from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import Resource, ResourceKind
 from dispatcher.localcluster import LocalControlPlane
@@ -38,6 +39,7 @@ _ROLES = ResourceKind("rbac.authorization.k8s.io", "v1", "roles", namespaced=Tru
 _ROLE_BINDINGS = ResourceKind("rbac.authorization.k8s.io", "v1", "rolebindings",
                               namespaced=True)
 _EVENTS = ResourceKind("events.k8s.io", "v1", "events", namespaced=True)
+KIND = TrainJobKind()
 
 
 @contextlib.asynccontextmanager
@@ -241,3 +243,68 @@ async def test_a_namespace_editor_cannot_move_skip_the_queue_or_hide_a_mirror(
         await eventually(all_gone, timeout=30)
         assert not (await Resource(admin, PLACEMENTS).list(
             namespace=f"{namespace}-system"))["items"]
+
+
+async def placement_of(admin: ClusterClient, namespace: str, uid: str) -> Any:
+    found = await Resource(admin, PLACEMENTS).get(uid, namespace=f"{namespace}-system")
+    return record_of(found) if found is not None else None
+
+
+async def test_a_mirror_an_earlier_version_placed_by_annotation_is_adopted_not_doubled(
+    start_dispatcher: StartDispatcher, control_plane: LocalControlPlane,
+    admin_clients: dict[str, ClusterClient], namespace: str,
+) -> None:
+    """Before the records, the placement lived in the job's annotations: a running job
+    of that time keeps its one mirror, and is recorded where it runs."""
+    jobs = Resource(admin_clients["manager"], TRAINJOBS)
+    job = await jobs.create(full_job("legacy", namespace), namespace=namespace)
+    mirror = KIND.build_mirror(job, origin=namespace, local_queue="")
+    created = await Resource(admin_clients["worker-b"], TRAINJOBS).create(
+        mirror, namespace=namespace)
+    await jobs.merge_patch("legacy", {"metadata": {
+        "finalizers": [c.FINALIZER],
+        "annotations": {c.ANNOTATION_CLUSTER: "worker-b", c.ANNOTATION_DEMAND: "cpu=4"}}},
+        namespace=namespace)
+    dispatcher = await start(start_dispatcher, control_plane)
+    uid = job["metadata"]["uid"]
+    record = await eventually(lambda: placement_of(admin_clients["manager"], namespace, uid),
+                              timeout=15)
+    assert record.worker == "worker-b"
+    assert await events_of(admin_clients["manager"], namespace, "legacy", c.REASON_ADOPTED)
+    fleet = Fleet(admin_clients, namespace)
+    assert await fleet.mirrors_of("legacy") == ["worker-b"]
+    still = await Resource(admin_clients["worker-b"], TRAINJOBS).get("legacy",
+                                                                      namespace=namespace)
+    assert still is not None and still["metadata"]["uid"] == created["metadata"]["uid"]
+    assert dispatcher.ledger.used("worker-b").get("cpu") == 4
+    assert not await fleet.invariants()
+
+
+async def test_a_placed_job_that_stops_being_claimed_is_withdrawn_and_can_be_deleted(
+    start_dispatcher: StartDispatcher, control_plane: LocalControlPlane,
+    admin_clients: dict[str, ClusterClient], namespace: str,
+) -> None:
+    await start_dispatcher(claim={"namespaces": [namespace], "labelSelector": "team=a"})
+    jobs = Resource(admin_clients["manager"], TRAINJOBS)
+    job = await jobs.create(full_job("labelled", namespace, labels={"team": "a"}),
+                            namespace=namespace)
+    fleet = Fleet(admin_clients, namespace)
+    await eventually(lambda: fleet.mirrors_of("labelled"), timeout=15)
+    await jobs.merge_patch("labelled", {"metadata": {"labels": {"team": None}}},
+                           namespace=namespace)
+
+    async def withdrawn() -> bool:
+        current = await jobs.get("labelled", namespace=namespace) or {}
+        return (not await fleet.mirrors_of("labelled")
+                and c.FINALIZER not in (current["metadata"].get("finalizers") or [])
+                and await placement_of(admin_clients["manager"], namespace,
+                                       job["metadata"]["uid"]) is None)
+    await eventually(withdrawn, timeout=15)
+    assert await events_of(admin_clients["manager"], namespace, "labelled",
+                           c.REASON_NOT_CLAIMED)
+    await jobs.delete("labelled", namespace=namespace)
+    await eventually(lambda: _gone(jobs, "labelled", namespace), timeout=10)
+
+
+async def _gone(jobs: Resource, name: str, namespace: str) -> bool:
+    return await jobs.get(name, namespace=namespace) is None
