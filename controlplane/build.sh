@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
 # Builds the local control plane from the Go module proxy into a cache outside the repo:
-#   - etcd, kube-apiserver, kube-controller-manager, kubectl (module ./go.mod), keyed by the
-#     Kubernetes version, in $cache/controlplane/<version>/;
+#   - etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (module
+#     ./go.mod), keyed by the Kubernetes version, in $cache/controlplane/<version>/;
 #   - the Kueue manager (module ./kueue/go.mod, its own k8s.io versions), keyed by the
 #     Kueue version, in $cache/kueue/<version>/, together with the YAML its module ships:
 #     Kueue's CRDs (crd/), its webhook configurations (webhook.yaml) and the JobSet CRD
 #     that its TrainJob integration waits for (crd-jobset/).
+#   - the real Trainer chain for the workers (modules ./trainer, ./jobset, ./kwok, each
+#     pinning one upstream module): the Trainer controller manager with the CRDs, webhook
+#     configurations and runtimes its module ships, in $cache/trainer/<version>/; the
+#     JobSet controller with its CRD and webhooks, in $cache/jobset/<version>/; kwok with
+#     its pod and node stages, in $cache/kwok/<version>/.
 # Each binary is built only when missing.
 #
-#   build.sh            builds both; prints the control-plane directory (last line)
+#   build.sh            builds the control plane and Kueue; prints the control-plane
+#                       directory (last line)
 #   build.sh kueue      builds only Kueue; prints the Kueue directory (last line)
+#   build.sh trainer    builds the Trainer, JobSet and kwok (about 11 minutes the first
+#                       time on 2 cores); prints the three directories (last line)
 #   build.sh kueue-remote-qps
 #                       also builds $kueue_out/kueue-remote-qps: the same Kueue with one
 #                       change, made here to a copy of its module: MultiKueue's clients for
@@ -26,7 +34,7 @@ cache_root="${TRAINJOB_DISPATCHER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/trainjo
 
 version="$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$here/go.mod")"
 out="$cache_root/controlplane/$version"
-binaries=(etcd kube-apiserver kube-controller-manager kubectl)
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 kueue_module=sigs.k8s.io/kueue
 kueue_version="$(awk -v m="$kueue_module" '$1 == m {print $2}' "$here/kueue/go.mod")"
@@ -141,9 +149,76 @@ build_kueue_remote_qps() {
   echo "kueue-remote-qps built in $(( $(date +%s) - start )) s" >&2
 }
 
+pinned() {  # the version module $2 is pinned at in controlplane/$1/go.mod
+  awk -v m="$2" '$1 == m {print $2}' "$here/$1/go.mod"
+}
+
+trainer_module=github.com/kubeflow/trainer/v2
+jobset_module=sigs.k8s.io/jobset
+kwok_module=sigs.k8s.io/kwok
+trainer_out="$cache_root/trainer/$(pinned trainer "$trainer_module")"
+jobset_out="$cache_root/jobset/$(pinned jobset "$jobset_module")"
+kwok_out="$cache_root/kwok/$(pinned kwok "$kwok_module")"
+
+chain_dir() {  # the source of module $2, downloaded through controlplane/$1
+  (cd "$here/$1" && go mod download "$2" && go list -m -f '{{.Dir}}' "$2")
+}
+
+build_tool() {  # build_tool <module dir> <package> <output binary>
+  [ -x "$3" ] && return 0
+  local start
+  start=$(date +%s)
+  echo "building $(basename "$3") from $2 ..." >&2
+  mkdir -p "$(dirname "$3")"
+  (cd "$here/$1" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$3.tmp" "$2")
+  mv "$3.tmp" "$3"
+  echo "$(basename "$3") built in $(( $(date +%s) - start )) s" >&2
+}
+
+copy_chain_yaml() {
+  local dir
+  if [ ! -f "$trainer_out/webhook.yaml" ]; then
+    dir="$(chain_dir trainer "$trainer_module")"
+    mkdir -p "$trainer_out/crd" "$trainer_out/runtimes"
+    cp "$dir"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$trainer_out/crd/"
+    cp "$dir"/manifests/base/runtimes/*.yaml "$trainer_out/runtimes/"
+    rm -f "$trainer_out/runtimes/kustomization.yaml"
+    cp "$dir/manifests/base/webhook/manifests.yaml" "$trainer_out/webhook.yaml.tmp"
+    chmod -R u+w "$trainer_out"
+    mv "$trainer_out/webhook.yaml.tmp" "$trainer_out/webhook.yaml"
+  fi
+  if [ ! -f "$jobset_out/webhook.yaml" ]; then
+    dir="$(chain_dir jobset "$jobset_module")"
+    mkdir -p "$jobset_out/crd"
+    cp "$dir"/config/components/crd/bases/*.yaml "$jobset_out/crd/"
+    cp "$dir/config/components/webhook/manifests.yaml" "$jobset_out/webhook.yaml.tmp"
+    chmod -R u+w "$jobset_out"
+    mv "$jobset_out/webhook.yaml.tmp" "$jobset_out/webhook.yaml"
+  fi
+  if [ ! -d "$kwok_out/stages" ]; then
+    dir="$(chain_dir kwok "$kwok_module")"
+    mkdir -p "$kwok_out/stages.tmp"
+    cp "$dir"/kustomize/stage/node/fast/node-initialize.yaml "$kwok_out/stages.tmp/"
+    cp "$dir"/kustomize/stage/pod/general/pod-*.yaml "$kwok_out/stages.tmp/"
+    cp "$dir"/kustomize/stage/pod/chaos/pod-container-running-failed.yaml \
+      "$kwok_out/stages.tmp/"
+    chmod -R u+w "$kwok_out"
+    mv "$kwok_out/stages.tmp" "$kwok_out/stages"
+  fi
+}
+
+build_trainer_chain() {
+  copy_chain_yaml
+  build_tool trainer "$trainer_module/cmd/trainer-controller-manager" \
+    "$trainer_out/trainer-controller-manager"
+  build_tool jobset "$jobset_module" "$jobset_out/jobset"
+  build_tool kwok "$kwok_module/cmd/kwok" "$kwok_out/kwok"
+}
+
 case "$what" in
   all) build_controlplane; build_kueue; echo "$out" ;;
+  trainer) build_trainer_chain; echo "$trainer_out $jobset_out $kwok_out" ;;
   kueue) build_kueue; echo "$kueue_out" ;;
   kueue-remote-qps) build_kueue_remote_qps; echo "$kueue_out" ;;
-  *) echo "usage: $0 [kueue|kueue-remote-qps]" >&2; exit 2 ;;
+  *) echo "usage: $0 [kueue|kueue-remote-qps|trainer]" >&2; exit 2 ;;
 esac

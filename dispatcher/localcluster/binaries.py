@@ -7,7 +7,9 @@ Kueue version into `~/.cache/trainjob-dispatcher/kueue/<version>/`, beside the Y
 its Go module ships (Kueue's CRDs, its webhook configurations, the JobSet CRD); later
 calls find them there. `TRAINJOB_DISPATCHER_CONTROLPLANE_BIN` points at another
 directory holding the three control-plane binaries, `TRAINJOB_DISPATCHER_KUEUE_DIR` at
-another Kueue directory of the same layout.
+another Kueue directory of the same layout. `build.sh trainer` builds the real Trainer
+chain the same way (`ensure_trainer_chain`): the Trainer controller manager, the JobSet
+controller and kwok, each beside the YAML of its module.
 """
 
 from __future__ import annotations
@@ -52,12 +54,44 @@ class KueueFiles:
                 and bool(self.kueue_crds()) and bool(self.jobset_crds()))
 
 
+@dataclass(frozen=True)
+class TrainerChainFiles:
+    """The Trainer, JobSet and kwok binaries and the YAML their modules ship."""
+
+    trainer: Path
+    jobset: Path
+    kwok: Path
+
+    def trainer_crds(self) -> list[Path]:
+        return sorted((self.trainer / "crd").glob("*.yaml"))
+
+    def jobset_crds(self) -> list[Path]:
+        return sorted((self.jobset / "crd").glob("*.yaml"))
+
+    def runtimes(self) -> list[Path]:
+        """The runtimes the Trainer ships (torch, deepspeed, jax, mlx, xgboost)."""
+        return sorted((self.trainer / "runtimes").glob("*.yaml"))
+
+    def kwok_stages(self) -> list[Path]:
+        return sorted((self.kwok / "stages").glob("*.yaml"))
+
+    def complete(self) -> bool:
+        binaries = (self.trainer / "trainer-controller-manager", self.jobset / "jobset",
+                    self.kwok / "kwok")
+        return (all(os.access(b, os.X_OK) for b in binaries)
+                and (self.trainer / "webhook.yaml").is_file()
+                and (self.jobset / "webhook.yaml").is_file()
+                and bool(self.trainer_crds()) and bool(self.jobset_crds())
+                and bool(self.kwok_stages()))
+
+
 def _complete(directory: Path) -> bool:
     return all(os.access(directory / b, os.X_OK) for b in BINARIES)
 
 
 def _build(*args: str) -> Path:
-    """Run the build script; its last line of output is the directory it made."""
+    """Run the build script; its last line of output is the directory it made (or the
+    directories, separated by spaces)."""
     if not _BUILD_SCRIPT.exists():
         raise BinariesNotFound(f"{_BUILD_SCRIPT} not found: set {CONTROLPLANE_ENV}")
     result = subprocess.run(
@@ -78,6 +112,16 @@ def ensure_binaries() -> Path:
     if not _complete(directory):
         raise BinariesNotFound(f"build finished but {directory} is incomplete")
     return directory
+
+
+def ensure_trainer_chain() -> TrainerChainFiles:
+    """Return the Trainer chain's binaries and YAML, building them when missing (about
+    11 minutes the first time on 2 cores, said on stderr by the build script)."""
+    trainer, jobset, kwok = (Path(p) for p in str(_build("trainer")).split())
+    files = TrainerChainFiles(trainer=trainer, jobset=jobset, kwok=kwok)
+    if not files.complete():
+        raise BinariesNotFound(f"the Trainer chain in {trainer}, {jobset}, {kwok} is incomplete")
+    return files
 
 
 def ensure_kueue() -> KueueFiles:

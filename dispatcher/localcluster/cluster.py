@@ -40,12 +40,13 @@ from dispatcher.localcluster.processes import ManagedProcess
 
 if TYPE_CHECKING:
     from dispatcher.localcluster.kueue import KueueManager, KueueSettings
+    from dispatcher.localcluster.trainer import NodePool, TrainerChain
 
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO_ROOT / "config" / "crd"
-_CONTROLLERS = "garbage-collector-controller,namespace-controller"
+_CONTROLLERS = "garbage-collector-controller,namespace-controller,job-controller"
 DISPATCHER_NAMESPACE = "trainjob-dispatcher"
 """The dispatcher's default namespace (its Placement records live there), which
 `deploy/` creates: every local cluster has it, as a deployed manager would."""
@@ -113,6 +114,7 @@ class LocalCluster:
     ) -> None:
         self.name = name
         self.directory = directory
+        self.binaries = binaries
         self.port = free_port()
         self.certs: CertificateFiles = ensure_certificates(directory / "pki")
         self.kubeconfig_path = directory / "kubeconfig.yaml"
@@ -129,7 +131,7 @@ class LocalCluster:
             "--bind-address=127.0.0.1",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
-            "--disable-admission-plugins=ServiceAccount",
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--authorization-mode=RBAC",
             "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-account-key-file={self.certs.service_account_pub}",
@@ -146,6 +148,7 @@ class LocalCluster:
             name=f"{name}/kube-apiserver", argv=argv, log_path=directory / "kube-apiserver.log"
         )
         self.kueue: KueueManager | None = None
+        self.trainer: TrainerChain | None = None
         self.controller_manager: ManagedProcess | None = None
         if controllers:
             self.controller_manager = ManagedProcess(
@@ -260,6 +263,26 @@ class LocalCluster:
             raise
         return self.kueue
 
+    async def start_trainer(self, nodes: NodePool | None = None) -> TrainerChain:
+        """Run the real Trainer and JobSet (and with `nodes`, kube-scheduler and kwok with
+        that many fake nodes); ready when this returns."""
+        from dispatcher.localcluster.trainer import TrainerChain
+
+        if self.trainer is not None:
+            raise ControlPlaneError(f"{self.name}: the Trainer already runs")
+        if self.controller_manager is None:
+            raise ControlPlaneError(
+                f"{self.name}: the Trainer chain needs the Job controller (start with "
+                "controllers)")
+        self.trainer = TrainerChain(self, nodes=nodes)
+        await self.trainer.start()
+        return self.trainer
+
+    async def stop_trainer(self) -> None:
+        if self.trainer is not None:
+            await self.trainer.stop()
+            self.trainer = None
+
     async def stop_kueue(self) -> None:
         """Unhook and end Kueue; the cluster goes on without it."""
         if self.kueue is not None:
@@ -270,13 +293,19 @@ class LocalCluster:
         if self.kueue is not None:
             self.kueue.process.stop()
             self.kueue = None
+        if self.trainer is not None:
+            for process in reversed(self.trainer.processes):
+                process.stop()
+            self.trainer = None
         if self.controller_manager:
             self.controller_manager.stop()
         self.apiserver.stop()
 
     def processes(self) -> list[ManagedProcess]:
         kueue = self.kueue.process if self.kueue is not None else None
-        return [p for p in (self.apiserver, self.controller_manager, kueue) if p is not None]
+        chain = self.trainer.processes if self.trainer is not None else []
+        return [p for p in (self.apiserver, self.controller_manager, kueue, *chain)
+                if p is not None]
 
 
 class LocalControlPlane:

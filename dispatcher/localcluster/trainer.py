@@ -1,0 +1,309 @@
+"""The real Kubeflow Trainer chain on a local cluster: TrainJob -> JobSet -> Jobs -> Pods.
+
+`TrainerChain(cluster, nodes=...)` runs, for one `LocalCluster`, the Trainer controller
+manager and the JobSet controller (webhook serving certificates for 127.0.0.1 signed by
+the cluster's own CA, as for Kueue), and with `nodes`, kube-scheduler and kwok with that
+many fake Nodes of the given allocatable: the worker's scheduler really places the pods,
+kwok plays their kubelet (Running, then Succeeded after the delay its stages read from
+the pod's annotations; a pod labelled `pod-container-running-failed.stage.kwok.x-k8s.io:
+"true"` fails), and a job too big for the nodes stays Pending. The cluster must run the
+controller manager (its Job controller makes the pods) and serve the Trainer's and
+JobSet's CRDs (`TrainerChainFiles.trainer_crds()`, `.jobset_crds()`).
+
+`await start()` starts the processes, waits for their health endpoints, points their
+webhook configurations at them (`url` + `caBundle` instead of a Service) and returns once
+an admission request through each webhook server succeeds. `await stop()` removes the
+webhook configurations and ends every process; nothing is left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import yaml
+
+from dispatcher.kube.client import ClusterClient
+from dispatcher.kube.resource import Resource, ResourceKind, status_of
+from dispatcher.localcluster.binaries import TrainerChainFiles, ensure_trainer_chain
+from dispatcher.localcluster.crds import admin_client
+from dispatcher.localcluster.pki import sign_server_certificate
+from dispatcher.localcluster.processes import ManagedProcess
+
+if TYPE_CHECKING:
+    from dispatcher.localcluster.cluster import LocalCluster
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+POD_DELAY_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
+POD_JITTER_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/jitter-delay"
+POD_FAILS_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
+NODES = ResourceKind("", "v1", "nodes", namespaced=False)
+MUTATING = ResourceKind("admissionregistration.k8s.io", "v1",
+                        "mutatingwebhookconfigurations", namespaced=False)
+VALIDATING = ResourceKind("admissionregistration.k8s.io", "v1",
+                          "validatingwebhookconfigurations", namespaced=False)
+JOBSETS = ResourceKind("jobset.x-k8s.io", "v1alpha2", "jobsets", namespaced=True)
+CLUSTER_RUNTIMES = ResourceKind("trainer.kubeflow.org", "v1alpha1",
+                                "clustertrainingruntimes", namespaced=False)
+READY_TIMEOUT_SECONDS = 90.0
+_FIELD_MANAGER = "trainjob-dispatcher-localcluster"
+_POLL_SECONDS = 0.2
+
+
+class TrainerChainError(RuntimeError):
+    """A part of the chain did not start, or its webhooks did not answer."""
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """Fake nodes for a worker: `count` of them, each with `allocatable`."""
+
+    count: int
+    allocatable: dict[str, str] = field(default_factory=lambda: {
+        "cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8", "pods": "110"})
+
+    def total(self) -> dict[str, str]:
+        """What all the nodes hold together, as quantities (for a worker's quota)."""
+        from dispatcher.placement.quantity import format_quantity, parse_quantity
+
+        return {name: format_quantity(parse_quantity(amount) * self.count)
+                for name, amount in self.allocatable.items()}
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def webhook_configurations(manifests: list[JSON], *, prefix: str, base_url: str,
+                           ca_bundle: str) -> list[tuple[ResourceKind, JSON]]:
+    """The module's webhook configurations pointed at `base_url`, named `prefix-...`."""
+    result = []
+    for manifest in manifests:
+        kind = MUTATING if manifest["kind"] == "MutatingWebhookConfiguration" else VALIDATING
+        webhooks = [{**webhook, "clientConfig": {
+            "url": f"{base_url}{webhook['clientConfig']['service']['path']}",
+            "caBundle": ca_bundle}} for webhook in manifest.get("webhooks") or []]
+        result.append((kind, {
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": manifest["kind"],
+            "metadata": {"name": f"{prefix}-{manifest['metadata']['name']}"},
+            "webhooks": webhooks,
+        }))
+    return result
+
+
+def node(name: str, allocatable: dict[str, str]) -> JSON:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+                         "labels": {"type": "kwok", "kubernetes.io/hostname": name,
+                                    "kubernetes.io/os": "linux",
+                                    "kubernetes.io/arch": "amd64"}},
+            "status": {"allocatable": dict(allocatable), "capacity": dict(allocatable)}}
+
+
+class _WebhookServer:
+    """One controller with a webhook server: its process, ports and certificates."""
+
+    def __init__(self, cluster: LocalCluster, *, name: str, manifests: Path) -> None:
+        from dispatcher.localcluster.cluster import free_port
+
+        self.name = name
+        self.manifests = manifests
+        self.directory = cluster.directory / name
+        self.health_port, self.webhook_port = free_port(), free_port()
+        self.base_url = f"https://127.0.0.1:{self.webhook_port}"
+        self.cert, self.key = sign_server_certificate(cluster.certs,
+                                                      common_name=f"{name}-webhook")
+        self.process: ManagedProcess | None = None
+
+    def write_certificates(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "tls.crt").write_bytes(self.cert)
+        (directory / "tls.key").write_bytes(self.key)
+
+    def configurations(self, ca_bundle: str) -> list[tuple[ResourceKind, JSON]]:
+        manifests = [d for d in yaml.safe_load_all(self.manifests.read_text()) if d]
+        return webhook_configurations(manifests, prefix=self.name, base_url=self.base_url,
+                                      ca_bundle=ca_bundle)
+
+    async def wait_healthy(self, deadline: float) -> None:
+        assert self.process is not None
+        url = f"http://127.0.0.1:{self.health_port}/readyz"
+        async with aiohttp.ClientSession() as session:
+            while True:
+                if not self.process.running():
+                    raise TrainerChainError(f"{self.process.name} exited:\n"
+                                            f"{self.process.tail()}")
+                try:
+                    async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                        if r.status == 200:
+                            return
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise TrainerChainError(f"{self.process.name} not ready:\n"
+                                            f"{self.process.tail()}")
+                await asyncio.sleep(_POLL_SECONDS)
+
+
+class TrainerChain:
+    """The Trainer and JobSet controllers (and, for a worker, its scheduler and kwok)."""
+
+    def __init__(self, cluster: LocalCluster, *, nodes: NodePool | None = None,
+                 files: TrainerChainFiles | None = None) -> None:
+        from dispatcher.localcluster.cluster import free_port
+
+        self.cluster = cluster
+        self.nodes = nodes
+        self.files = files or ensure_trainer_chain()
+        self.ca_bundle = _b64(cluster.certs.ca_cert.read_bytes())
+        kubeconfig = {"KUBECONFIG": str(cluster.kubeconfig_path)}
+        self.jobset = _WebhookServer(cluster, name="jobset",
+                                     manifests=self.files.jobset / "webhook.yaml")
+        self.trainer = _WebhookServer(cluster, name="trainer",
+                                      manifests=self.files.trainer / "webhook.yaml")
+        jobset_certs = self.jobset.directory / "certs"
+        self.jobset.write_certificates(jobset_certs)
+        jobset_config = self._write_config(self.jobset, {
+            "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {"host": "127.0.0.1", "port": self.jobset.webhook_port,
+                        "certDir": str(jobset_certs)},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.jobset.health_port}"},
+        })
+        self.jobset.process = ManagedProcess(
+            name=f"{cluster.name}/jobset", env=kubeconfig,
+            argv=[str(self.files.jobset / "jobset"), f"--config={jobset_config}",
+                  "--metrics-bind-address=0",
+                  f"--health-probe-bind-address=127.0.0.1:{self.jobset.health_port}"],
+            log_path=cluster.directory / "jobset.log")
+        # The Trainer reads its serving certificate from controller-runtime's default
+        # directory under TMPDIR; it has no setting for another.
+        temp = self.trainer.directory / "tmp"
+        self.trainer.write_certificates(temp / "k8s-webhook-server" / "serving-certs")
+        trainer_config = self._write_config(self.trainer, {
+            "apiVersion": "config.trainer.kubeflow.org/v1alpha1", "kind": "Configuration",
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.trainer.health_port}"},
+            "metrics": {"bindAddress": "0"},
+            "webhook": {"host": "127.0.0.1", "port": self.trainer.webhook_port},
+            "leaderElection": {"leaderElect": False},
+            "certManagement": {"enable": False},
+        })
+        self.trainer.process = ManagedProcess(
+            name=f"{cluster.name}/trainer", env={**kubeconfig, "TMPDIR": str(temp)},
+            argv=[str(self.files.trainer / "trainer-controller-manager"),
+                  f"--config={trainer_config}"],
+            log_path=cluster.directory / "trainer.log")
+        self.scheduler: ManagedProcess | None = None
+        self.kwok: ManagedProcess | None = None
+        if nodes is not None:
+            self.scheduler = ManagedProcess(
+                name=f"{cluster.name}/kube-scheduler",
+                argv=[str(cluster.binaries / "kube-scheduler"),
+                      f"--kubeconfig={cluster.kubeconfig_path}", "--leader-elect=false",
+                      "--secure-port=0", "--v=0"],
+                log_path=cluster.directory / "kube-scheduler.log")
+            self.kwok = ManagedProcess(
+                name=f"{cluster.name}/kwok",
+                argv=[str(self.files.kwok / "kwok"), f"--kubeconfig={cluster.kubeconfig_path}",
+                      "--manage-all-nodes=false",
+                      f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                      "--cidr=10.0.0.0/24", "--node-ip=10.0.0.1",
+                      f"--node-port={free_port()}",
+                      f"--server-address=127.0.0.1:{free_port()}",
+                      *(f"--config={stage}" for stage in self.files.kwok_stages())],
+                log_path=cluster.directory / "kwok.log")
+
+    def _write_config(self, server: _WebhookServer, config: JSON) -> Path:
+        server.directory.mkdir(parents=True, exist_ok=True)
+        path = server.directory / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    @property
+    def processes(self) -> list[ManagedProcess]:
+        return [p for p in (self.jobset.process, self.trainer.process, self.scheduler,
+                            self.kwok) if p is not None]
+
+    async def start(self, *, timeout: float = READY_TIMEOUT_SECONDS) -> None:
+        deadline = time.monotonic() + timeout
+        client = await admin_client(self.cluster)
+        try:
+            for process in self.processes:
+                process.start()
+            await asyncio.gather(self.jobset.wait_healthy(deadline),
+                                 self.trainer.wait_healthy(deadline))
+            for server in (self.jobset, self.trainer):
+                for kind, body in server.configurations(self.ca_bundle):
+                    await Resource(client, kind).apply(body, field_manager=_FIELD_MANAGER)
+            await self._wait_admission(client, deadline)
+            if self.nodes is not None:
+                for i in range(self.nodes.count):
+                    await Resource(client, NODES).apply(
+                        node(f"{self.cluster.name}-node-{i}", self.nodes.allocatable),
+                        field_manager=_FIELD_MANAGER)
+        except BaseException:
+            self.kill()
+            raise
+        finally:
+            await client.close()
+        log.info("%s: Trainer chain ready%s", self.cluster.name,
+                 f" with {self.nodes.count} kwok nodes" if self.nodes else "")
+
+    async def _wait_admission(self, client: ClusterClient, deadline: float) -> None:
+        """Dry-run creates through JobSet's and the Trainer's webhooks, until both answer."""
+        probes = [
+            (JOBSETS.path(namespace="default"), {
+                "apiVersion": JOBSETS.api_version, "kind": "JobSet",
+                "metadata": {"name": "harness-webhook-probe", "namespace": "default"},
+                "spec": {"replicatedJobs": []}}),
+            (CLUSTER_RUNTIMES.path(), {
+                "apiVersion": CLUSTER_RUNTIMES.api_version, "kind": "ClusterTrainingRuntime",
+                "metadata": {"name": "harness-webhook-probe"},
+                "spec": {"mlPolicy": {"numNodes": 1},
+                         "template": {"spec": {"replicatedJobs": []}}}}),
+        ]
+        for path, body in probes:
+            while True:
+                try:
+                    await client.request("POST", path, body=body, query=[("dryRun", "All")],
+                                         verb="create")
+                    break
+                except Exception as error:
+                    if status_of(error) in (400, 409, 422) and "webhook" not in str(error):
+                        break  # the webhook answered (and may have refused the probe)
+                    if time.monotonic() > deadline:
+                        raise TrainerChainError(
+                            f"{self.cluster.name}: webhook not answering ({error})") from error
+                await asyncio.sleep(_POLL_SECONDS)
+
+    async def stop(self) -> None:
+        """Unhook the webhooks from the API server (if it runs), then end every process."""
+        if self.cluster.apiserver.running():
+            try:
+                client = await admin_client(self.cluster, timeout=5.0)
+                try:
+                    for server in (self.jobset, self.trainer):
+                        for kind, body in server.configurations(self.ca_bundle):
+                            await Resource(client, kind).delete(body["metadata"]["name"])
+                finally:
+                    await client.close()
+            except Exception as error:  # the cluster may be going away too
+                log.warning("%s: could not remove the chain's webhooks: %s",
+                            self.cluster.name, error)
+        for process in reversed(self.processes):
+            process.stop()
+
+    def kill(self) -> None:
+        for process in self.processes:
+            process.kill()
