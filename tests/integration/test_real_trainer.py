@@ -1,0 +1,179 @@
+"""TrainJobs run by the real Kubeflow Trainer chain, not by a stand-in.
+
+A control plane of its own (a manager and two workers) serves the Trainer's and JobSet's
+CRDs as their modules ship them, and runs the real Trainer v2.3.0 and JobSet v0.12.0
+controllers with their webhooks on every cluster; each worker also runs kube-scheduler
+and kwok with two fake nodes, and its quota is what those nodes hold. The dispatcher
+places the job, the worker's Trainer makes its JobSet, JobSet its Jobs, the Job
+controller its pods, the scheduler binds them to kwok nodes and kwok runs them; what the
+manager shows is what the worker's Trainer wrote.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import yaml
+
+from dispatcher.api import constants as c
+from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
+from dispatcher.kube.client import ClientSettings, ClusterClient
+from dispatcher.kube.resource import NAMESPACES, Resource, ResourceKind
+from dispatcher.localcluster import LocalControlPlane
+from dispatcher.localcluster.binaries import ensure_trainer_chain
+from dispatcher.localcluster.cluster import CRD_DIR
+from dispatcher.localcluster.trainer import (
+    JOBSETS,
+    POD_FAILS_LABEL,
+    NodePool,
+)
+from tests.factories import trainjob
+from tests.integration.conftest import SAMPLES, DispatcherRunner, eventually
+
+pytestmark = pytest.mark.integration
+CLUSTERS = ("manager", "worker-a", "worker-b")
+WORKERS = CLUSTERS[1:]
+NODES = NodePool(count=2, allocatable={"cpu": "4", "memory": "16Gi", "pods": "110"})
+PODS = ResourceKind("", "v1", "pods", namespaced=True)
+QUICK = {f"{stage}.stage.kwok.x-k8s.io/{knob}": value
+         for stage, delay in (("pod-create", "0s"), ("pod-ready", "0s"), ("pod-complete", "1s"))
+         for knob, value in (("delay", delay), ("jitter-delay", "0s"))}
+"""kwok pod stages without their random delays: created, running, done a second later."""
+
+
+def runtime(name: str, *, fails: bool = False) -> dict[str, Any]:
+    """The sample torch runtime, its pods quick under kwok (and failing with `fails`)."""
+    body: dict[str, Any] = copy.deepcopy(yaml.safe_load(
+        (SAMPLES / "clustertrainingruntime-torch.yaml").read_text()))
+    body["metadata"]["name"] = name
+    job = body["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]
+    job["spec"]["backoffLimit"] = 0
+    pod = job["spec"]["template"]
+    metadata = pod.setdefault("metadata", {})
+    metadata["annotations"] = dict(QUICK)
+    if fails:
+        metadata["labels"] = {POD_FAILS_LABEL: "true"}
+        metadata["annotations"].update({
+            "pod-complete.stage.kwok.x-k8s.io/weight": "0",
+            "pod-container-running-failed.stage.kwok.x-k8s.io/delay": "1s",
+            "pod-container-running-failed.stage.kwok.x-k8s.io/jitter-delay": "0s"})
+    return body
+
+
+class Chain:
+    def __init__(self, plane: LocalControlPlane, clients: dict[str, ClusterClient]) -> None:
+        self.plane = plane
+        self.clients = clients
+
+
+@pytest_asyncio.fixture(scope="module")
+async def chain() -> AsyncIterator[Chain]:
+    files = ensure_trainer_chain()
+    crds = (sorted(CRD_DIR.glob("dispatcher.trainjob.io_*.yaml")) + files.trainer_crds()
+            + files.jobset_crds())
+    plane = LocalControlPlane()
+    clients: dict[str, ClusterClient] = {}
+    try:
+        await plane.start(CLUSTERS, controllers=CLUSTERS, crd_files=crds)
+        for name in CLUSTERS:
+            await plane.clusters[name].start_trainer(NODES if name in WORKERS else None)
+            clients[name] = await ClusterClient.from_kubeconfig(
+                name=name, kubeconfig=plane.clusters[name].kubeconfig(),
+                settings=ClientSettings(qps=200, burst=200, timeout_seconds=10))
+            for body in (runtime("torch-quick"), runtime("torch-failing", fails=True)):
+                await Resource(clients[name], CLUSTER_TRAINING_RUNTIMES).apply(
+                    body, field_manager="tests")
+        yield Chain(plane, clients)
+    finally:
+        for client in clients.values():
+            await client.close()
+        for cluster in plane.clusters.values():
+            await cluster.stop_trainer()
+        plane.stop()
+
+
+@pytest_asyncio.fixture
+async def chain_namespace(chain: Chain) -> str:
+    import uuid
+
+    name = f"r-{uuid.uuid4().hex[:10]}"
+    for client in chain.clients.values():
+        await Resource(client, NAMESPACES).create(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    return name
+
+
+@pytest_asyncio.fixture
+async def dispatchers(chain: Chain, chain_namespace: str) -> AsyncIterator[DispatcherRunner]:
+    runner = DispatcherRunner(chain.plane, chain_namespace)
+    yield runner
+    await runner.stop()
+
+
+async def start(dispatchers: DispatcherRunner, chain: Chain) -> None:
+    await dispatchers(workers={"static": [
+        {"name": w, "kubeconfig": str(chain.plane.clusters[w].kubeconfig_path),
+         "quota": NODES.total()} for w in WORKERS]})
+
+
+def condition(job: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for cond in ((job or {}).get("status") or {}).get("conditions") or []:
+        if cond["type"] == type_:
+            return dict(cond)
+    return {}
+
+
+async def finished(jobs: Resource, name: str, namespace: str) -> dict[str, Any] | None:
+    job = await jobs.get(name, namespace=namespace)
+    for type_ in ("Complete", "Failed"):
+        if condition(job, type_).get("status") == "True":
+            return job
+    return None
+
+
+async def test_a_trainjob_runs_on_the_real_chain_and_completes_on_the_manager(
+    chain: Chain, dispatchers: DispatcherRunner, chain_namespace: str,
+) -> None:
+    namespace = chain_namespace
+    await start(dispatchers, chain)
+    jobs = Resource(chain.clients["manager"], TRAINJOBS)
+    await jobs.create(trainjob("real", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                               runtime="torch-quick", num_nodes=2), namespace=namespace)
+    job = await eventually(lambda: finished(jobs, "real", namespace), timeout=60)
+    complete = condition(job, "Complete")
+    assert (complete["status"], complete["reason"]) == ("True", "AllJobsCompleted")
+    worker = job["metadata"]["annotations"][c.ANNOTATION_CLUSTER]
+    mirror = await Resource(chain.clients[worker], TRAINJOBS).get("real", namespace=namespace)
+    if mirror is not None:  # deleted once finished unless mirrors are kept
+        assert mirror["status"]["jobsStatus"] == job["status"]["jobsStatus"]
+    assert job["status"]["jobsStatus"] == [{"name": "node", "active": 0, "ready": 0,
+                                            "succeeded": 1, "failed": 0, "suspended": 0}]
+    # The worker's scheduler placed the pods on its kwok nodes.
+    pods = (await Resource(chain.clients[worker], PODS).list(namespace=namespace))["items"]
+    assert len(pods) == 2
+    assert {p["spec"]["nodeName"] for p in pods} <= {f"{worker}-node-{i}" for i in range(2)}
+    assert all(p["status"]["phase"] == "Succeeded" for p in pods)
+    # The manager's own Trainer left the claimed job alone.
+    assert not (await Resource(chain.clients["manager"], JOBSETS).list(
+        namespace=namespace))["items"]
+    assert not (await Resource(chain.clients["manager"], PODS).list(
+        namespace=namespace))["items"]
+
+
+async def test_a_failing_pod_fails_the_job_on_the_manager_and_it_is_not_rerun(
+    chain: Chain, dispatchers: DispatcherRunner, chain_namespace: str,
+) -> None:
+    namespace = chain_namespace
+    await start(dispatchers, chain)
+    jobs = Resource(chain.clients["manager"], TRAINJOBS)
+    await jobs.create(trainjob("doomed", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                               runtime="torch-failing"), namespace=namespace)
+    job = await eventually(lambda: finished(jobs, "doomed", namespace), timeout=60)
+    failed = condition(job, "Failed")
+    assert failed["status"] == "True" and failed["reason"] == "FailedJobs", failed
+    assert c.ANNOTATION_EVICTIONS not in (job["metadata"].get("annotations") or {})
+    assert condition(job, c.CONDITION_DISPATCHED)["reason"] == c.REASON_FINISHED
