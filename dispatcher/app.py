@@ -201,6 +201,12 @@ class Dispatcher:
         assert self.jobs is not None
         self.jobs.on_workload_news(worker, key)
 
+    def _on_worker_runtime(self, worker: str, event_type: str, obj: dict[str, Any]) -> None:
+        """A runtime came, changed or went on a worker: what its pending jobs need there
+        (or whether they can run there at all) may have changed."""
+        assert self.jobs is not None
+        self.jobs.on_runtime_event(event_type, obj)
+
     def _on_decision(self, decision: Decision) -> None:
         assert self.jobs is not None
         self.jobs.on_decision(decision.key, placed=decision.worker is not None)
@@ -336,7 +342,7 @@ class Dispatcher:
                 kind=kind, origin=cfg.mirror.origin,
                 probe_interval=cfg.workers.probe_interval_seconds,
                 on_change=self._on_worker_change, observer=self.metrics.observe_request,
-                on_workload=self._on_workload_news),
+                on_workload=self._on_workload_news, on_runtime=self._on_worker_runtime),
             on_mirror_event=self._on_mirror_event, on_mirrors_reset=self._on_mirrors_reset,
         )
         events = self._events = EventRecorder(manager, instance=self.instance)

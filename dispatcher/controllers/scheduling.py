@@ -78,7 +78,8 @@ class SchedulingLoop:
             job = self.pending[decision.uid]
             if decision.worker is not None:
                 try:
-                    self.ledger.book(Booking(job.uid, job.key, decision.worker, job.demand),
+                    self.ledger.book(Booking(job.uid, job.key, decision.worker,
+                                             job.demand_of(decision.worker)),
                                      quota=quotas[decision.worker])
                 except LedgerError:
                     log.exception("refused a placement that breaks the ledger's invariants")

@@ -1,9 +1,10 @@
-"""Connections to worker clusters: one client, one mirror watch and one probe per worker.
+"""Connections to worker clusters: one client, its watches and one probe per worker.
 
 `WorkerRegistry.apply(specs)` makes the set of connections match the registered workers:
 new workers are connected, removed ones closed, and a worker whose kubeconfig changed
 gets a new client (credential rotation). Each `WorkerConnection` owns its named tasks:
-the watch of this dispatcher's mirrors on the worker (label `dispatcher.trainjob.io/origin`)
+the watch of this dispatcher's mirrors on the worker (label `dispatcher.trainjob.io/origin`),
+the watches of the worker's own runtimes (the copies its trainer runs the mirrors with),
 and a health probe every `probe_interval`. The probe and the watch decide whether the
 worker is *active*; when it is not, the reason says why (`Unreachable`, `Unauthorized`,
 `MissingCRD`, `BadKubeconfig`, ...). A config problem and a network loss are told apart,
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 ChangeHandler = Callable[["WorkerConnection"], None]
 WorkloadHandler = Callable[[str, str], None]
 """(worker, job key): a Workload of that job changed on that worker."""
+RuntimeHandler = Callable[[str, str, dict[str, object]], None]
+"""(worker, event type, runtime): a runtime on that worker came, changed or went."""
 
 
 def _reason_for(error: BaseException, kind: ResourceKind) -> tuple[str, str]:
@@ -61,6 +65,7 @@ class ConnectionOptions:
     on_change: ChangeHandler
     observer: RequestObserver
     on_workload: WorkloadHandler = lambda worker, key: None
+    on_runtime: RuntimeHandler = lambda worker, event_type, runtime: None
 
 
 class WorkerConnection:
@@ -78,6 +83,8 @@ class WorkerConnection:
         self.name = spec.name
         self.client: ClusterClient | None = None
         self.mirrors: Informer | None = None
+        self.runtimes: dict[str, Informer] = {}
+        """The worker's own runtimes by kind (what its trainer will run a mirror with)."""
         self.active = False
         self.reason = c.REASON_CONNECTING
         self.message = "connecting"
@@ -103,6 +110,7 @@ class WorkerConnection:
 
     def _synced(self) -> bool:
         return (self.mirrors is not None and self.mirrors.synced.is_set()
+                and all(r.synced.is_set() for r in self.runtimes.values())
                 and (self.kueue is None or self.kueue.synced))
 
     def _set_state(self, active: bool, reason: str, message: str, *,
@@ -160,6 +168,14 @@ class WorkerConnection:
             asyncio.create_task(self.mirrors.run(), name=f"worker/{self.name}/watch-mirrors"),
             asyncio.create_task(self._probe_loop(), name=f"worker/{self.name}/probe"),
         ]
+        for kind_name, resource in self._options.kind.runtime_resources.items():
+            runtimes = self.runtimes[kind_name] = Informer(
+                Resource(self.client, resource), settings=self._options.informer_settings,
+                on_connection=functools.partial(self._on_watch_state, resource.plural),
+                name=f"{self.name}/{resource.plural}")
+            runtimes.add_handler(functools.partial(self._options.on_runtime, self.name))
+            self._tasks.append(asyncio.create_task(
+                runtimes.run(), name=f"worker/{self.name}/watch-{resource.plural}"))
         if self.spec.local_queue or self.spec.cluster_queue:
             self.kueue = WorkerKueue(
                 self.client, cluster_queue=self.spec.cluster_queue, worker=self.name,
@@ -172,7 +188,9 @@ class WorkerConnection:
     def _on_watch_state(self, watch: str, error: Exception | None) -> None:
         self._watch_errors[watch] = error
         if error is not None:
-            kind = WORKLOADS if watch == "workloads" else self._options.kind.kind
+            runtimes = {r.plural: r for r in self._options.kind.runtime_resources.values()}
+            kind = (WORKLOADS if watch == "workloads" else runtimes.get(watch)
+                    or self._options.kind.kind)
             self._set_state(False, *_reason_for(error, kind))
         self._probe_now.set()
 

@@ -24,6 +24,9 @@ class JobKind(Protocol):
     """The resource on the manager and, for its mirrors, on every worker."""
     status_fields: tuple[str, ...]
     """The status fields copied from the mirror to the manager."""
+    runtime_resources: dict[str, ResourceKind]
+    """The runtime kinds `runtime_ref` names, and their resources: watched on the
+    manager and on every worker (the worker's copy is the one that runs)."""
 
     def probe_path(self) -> str:
         """A GET that answers only when a worker serves this kind."""

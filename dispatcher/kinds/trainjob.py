@@ -18,10 +18,12 @@ from typing import Any
 from dispatcher.api import constants as c
 from dispatcher.api.conditions import condition
 from dispatcher.api.trainer import (
+    CLUSTER_TRAINING_RUNTIMES,
     CONDITION_COMPLETE,
     CONDITION_FAILED,
     CONDITION_SUSPENDED,
     GROUP,
+    TRAINING_RUNTIMES,
     TRAINJOBS,
     VERSION,
 )
@@ -43,6 +45,8 @@ class TrainJobKind:
 
     kind = TRAINJOBS
     status_fields: tuple[str, ...] = ("conditions", "jobsStatus", "trainerStatus")
+    runtime_resources = {CLUSTER_RUNTIME: CLUSTER_TRAINING_RUNTIMES,
+                         NAMESPACED_RUNTIME: TRAINING_RUNTIMES}
 
     def probe_path(self) -> str:
         return f"/apis/{GROUP}/{VERSION}"

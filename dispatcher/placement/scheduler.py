@@ -3,11 +3,15 @@
 Pending jobs are ordered by priority (higher first), then creation time, then key.
 Each job goes to an eligible worker where its demand fits the free quota: active, not
 cordoned, labels matching the job's cluster selector, not excluded for this job (it
-rejected the job recently), and, for a worker running Kueue, one whose Kueue has the
+rejected the job recently), holding the job's runtime (the worker's copy is what runs
+the mirror; `PendingJob.missing_on` says which workers lack it, or cannot run the job
+with theirs), and, for a worker running Kueue, one whose Kueue has the
 WorkloadPriorityClass the job names (without it the worker's Kueue never creates the
-mirror's Workload). Among those, the policy chooses: `MostFree` (the largest
-smallest-free-share across the demanded resources) or `BestFit` (the smallest such
-share left after placing); ties go to the worker name in sorting order.
+mirror's Workload). A job's demand on a worker is what that worker's runtime makes of it
+(`PendingJob.demand_on`), which may differ from the manager's. Among those, the policy
+chooses: `MostFree` (the largest smallest-free-share across the demanded resources) or
+`BestFit` (the smallest such share left after placing); ties go to the worker name in
+sorting order.
 
 Three ways to wait are told apart, each with a message a person can read:
 - never fits (`Unschedulable`): the demand exceeds the *total* quota of every eligible
@@ -52,9 +56,16 @@ class PendingJob:
     excluded: frozenset[str] = frozenset()
     priority_class: str = ""
     """The WorkloadPriorityClass the job's `kueue.x-k8s.io/priority-class` label names."""
+    demand_on: Mapping[str, dict[str, Fraction]] = field(default_factory=dict)
+    """Worker -> the job's demand there, where its runtime differs from the manager's."""
+    missing_on: Mapping[str, str] = field(default_factory=dict)
+    """Worker -> why the job cannot run there ("has no ClusterTrainingRuntime 'x'")."""
 
     def order(self) -> tuple[int, str, str]:
         return (-self.priority, self.created, self.key)
+
+    def demand_of(self, worker: str) -> dict[str, Fraction]:
+        return self.demand_on.get(worker, self.demand)
 
 
 @dataclass
@@ -103,11 +114,11 @@ def _free_share(free: Mapping[str, Fraction] | None, quota: Mapping[str, Fractio
 
 def _choose(job: PendingJob, candidates: list[WorkerView], policy: PlacementPolicy) -> WorkerView:
     def score(worker: WorkerView) -> tuple[Fraction, str]:
-        free = worker.free()
+        free, demand = worker.free(), job.demand_of(worker.name)
         if policy == PlacementPolicy.BEST_FIT:
-            after = None if free is None else resources.subtract(free, job.demand)
-            return (_free_share(after, worker.quota, job.demand), worker.name)
-        return (-_free_share(free, worker.quota, job.demand), worker.name)
+            after = None if free is None else resources.subtract(free, demand)
+            return (_free_share(after, worker.quota, demand), worker.name)
+        return (-_free_share(free, worker.quota, demand), worker.name)
 
     return min(candidates, key=score)
 
@@ -121,8 +132,10 @@ def _named(parts: list[str]) -> str:
     return f"{shown}; and {more} more" if more > 0 else shown
 
 
-def _never_fits_message(demand: Mapping[str, Fraction], workers: list[WorkerView]) -> str:
-    """Why no eligible worker can ever hold `demand` (every one has a quota here)."""
+def _never_fits_message(job: PendingJob, workers: list[WorkerView]) -> str:
+    """Why no eligible worker can ever hold the job (every one has a quota here)."""
+    demand = job.demand if not job.demand_on else resources.maximum(
+        [job.demand_of(w.name) for w in workers])
     for name, needed in sorted(demand.items()):
         totals = [(w.quota.get(name, Fraction(0)), w.name) for w in workers
                   if w.quota is not None and not (name == resources.PODS and name not in w.quota)]
@@ -138,7 +151,7 @@ def _never_fits_message(demand: Mapping[str, Fraction], workers: list[WorkerView
         return f"{wanted}; {which}, {holder}, has {format_quantity(largest)} in total"
     lacks = [f"{w.name} lacks {s.resource} ({format_quantity(s.needed)} needed, "
              f"{format_quantity(s.available)} in total)"
-             for w in workers for s in resources.shortfalls(demand, w.quota)[:1]]
+             for w in workers for s in resources.shortfalls(job.demand_of(w.name), w.quota)[:1]]
     return f"no matching worker has all it needs in total: {_named(lacks)}"
 
 
@@ -151,6 +164,10 @@ def _no_active_worker_message(workers: list[WorkerView]) -> str:
 def _ineligible_message(job: PendingJob, matching: list[WorkerView]) -> str:
     if not matching:
         return "no worker matches the job's cluster selector"
+    cannot = [w.name for w in matching if w.name in job.missing_on]
+    if len(cannot) == len(matching):
+        return "no matching worker can run it: " + _named(
+            [f"{name} {job.missing_on[name]}" for name in cannot])
     lacking = [w.name for w in matching if not w.knows_priority_class(job.priority_class)]
     if len(lacking) == len(matching):
         return (f"WorkloadPriorityClass {job.priority_class!r} exists in the Kueue of no "
@@ -165,7 +182,7 @@ def _ineligible_message(job: PendingJob, matching: list[WorkerView]) -> str:
 def _waiting_message(job: PendingJob, workers: list[WorkerView]) -> str:
     best: tuple[int, str, str] | None = None
     for worker in workers:
-        missing = resources.shortfalls(job.demand, worker.free())
+        missing = resources.shortfalls(job.demand_of(worker.name), worker.free())
         if not missing:
             continue
         first = missing[0]
@@ -192,15 +209,19 @@ def schedule(
     for job in sorted(pending, key=PendingJob.order):
         matching = [w for w in views if job.selector(w.labels)]
         eligible = [w for w in matching if w.name not in job.excluded
+                    and w.name not in job.missing_on
                     and w.knows_priority_class(job.priority_class)]
         if not eligible:
-            decisions.append(Decision(job.key, job.uid, None, c.REASON_UNSCHEDULABLE,
-                                      _ineligible_message(job, matching)))
+            cannot_run = bool(matching) and all(w.name in job.missing_on for w in matching)
+            decisions.append(Decision(
+                job.key, job.uid, None,
+                c.REASON_RUNTIME_NOT_FOUND if cannot_run else c.REASON_UNSCHEDULABLE,
+                _ineligible_message(job, matching)))
             continue
-        holders = [w for w in eligible if resources.fits(job.demand, w.quota)]
+        holders = [w for w in eligible if resources.fits(job.demand_of(w.name), w.quota)]
         if not holders:
             decisions.append(Decision(job.key, job.uid, None, c.REASON_UNSCHEDULABLE,
-                                      _never_fits_message(job.demand, eligible)))
+                                      _never_fits_message(job, eligible)))
             continue
         usable = [w for w in holders if w.active and not w.cordoned]
         if not usable:
@@ -208,7 +229,7 @@ def schedule(
             decisions.append(Decision(job.key, job.uid, None, c.REASON_NO_ACTIVE_WORKER,
                                       _no_active_worker_message(holders), waiting))
             continue
-        fitting = [w for w in usable if resources.fits(job.demand, w.free())]
+        fitting = [w for w in usable if resources.fits(job.demand_of(w.name), w.free())]
         if blocked_by is not None or not fitting:
             waiting += 1
             message = (f"waiting behind {blocked_by} (StrictFIFO)" if blocked_by and fitting
@@ -219,7 +240,7 @@ def schedule(
                 blocked_by = job.key
             continue
         chosen = _choose(job, fitting, policy)
-        chosen.used = resources.add(chosen.used, job.demand)
+        chosen.used = resources.add(chosen.used, job.demand_of(chosen.name))
         decisions.append(Decision(job.key, job.uid, chosen.name, c.REASON_PLACED,
                                   f"placed on {chosen.name}"))
     return decisions

@@ -39,10 +39,11 @@ CLUSTERS = ("manager", "worker-a", "worker-b")
 WORKERS = CLUSTERS[1:]
 NODES = NodePool(count=2, allocatable={"cpu": "4", "memory": "16Gi", "pods": "110"})
 PODS = ResourceKind("", "v1", "pods", namespaced=True)
-QUICK = {f"{stage}.stage.kwok.x-k8s.io/{knob}": value
+QUICK = {f"{stage}.stage.kwok.x-k8s.io/{knob}": delay
          for stage, delay in (("pod-create", "0s"), ("pod-ready", "0s"), ("pod-complete", "1s"))
-         for knob, value in (("delay", delay), ("jitter-delay", "0s"))}
-"""kwok pod stages without their random delays: created, running, done a second later."""
+         for knob in ("delay", "jitter-delay")}
+"""kwok pod stages without their random delays (kwok waits between `delay` and
+`jitter-delay`): created, running, done a second later."""
 
 
 def runtime(name: str, *, fails: bool = False) -> dict[str, Any]:
@@ -60,7 +61,7 @@ def runtime(name: str, *, fails: bool = False) -> dict[str, Any]:
         metadata["annotations"].update({
             "pod-complete.stage.kwok.x-k8s.io/weight": "0",
             "pod-container-running-failed.stage.kwok.x-k8s.io/delay": "1s",
-            "pod-container-running-failed.stage.kwok.x-k8s.io/jitter-delay": "0s"})
+            "pod-container-running-failed.stage.kwok.x-k8s.io/jitter-delay": "1s"})
     return body
 
 
@@ -177,3 +178,93 @@ async def test_a_failing_pod_fails_the_job_on_the_manager_and_it_is_not_rerun(
     assert failed["status"] == "True" and failed["reason"] == "FailedJobs", failed
     assert c.ANNOTATION_EVICTIONS not in (job["metadata"].get("annotations") or {})
     assert condition(job, c.CONDITION_DISPATCHED)["reason"] == c.REASON_FINISHED
+
+
+def sized(body: dict[str, Any], *, cpu: str, runs_for: str = "1s") -> dict[str, Any]:
+    """`body` with its pods asking for `cpu` each, done `runs_for` after they run."""
+    body = copy.deepcopy(body)
+    pod = body["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu
+    for knob in ("delay", "jitter-delay"):
+        pod["metadata"]["annotations"][f"pod-complete.stage.kwok.x-k8s.io/{knob}"] = runs_for
+    return body
+
+
+async def test_the_workers_own_runtime_decides_where_a_job_may_go_and_what_it_books(
+    chain: Chain, dispatchers: DispatcherRunner, chain_namespace: str,
+) -> None:
+    namespace = chain_namespace
+    clients = chain.clients
+    only_b, nowhere, bigger = (f"{namespace}-{n}" for n in ("only-b", "nowhere", "bigger"))
+    applied: list[tuple[str, str]] = []
+
+    async def apply(cluster: str, body: dict[str, Any]) -> None:
+        await Resource(clients[cluster], CLUSTER_TRAINING_RUNTIMES).apply(
+            body, field_manager="tests")
+        applied.append((cluster, body["metadata"]["name"]))
+
+    for cluster in ("manager", "worker-b"):
+        await apply(cluster, runtime(only_b))
+    await apply("manager", runtime(nowhere))
+    await apply("manager", sized(runtime(bigger), cpu="1", runs_for="60s"))
+    await apply("worker-a", sized(runtime(bigger), cpu="3", runs_for="60s"))
+    await start(dispatchers, chain)
+    jobs = Resource(clients["manager"], TRAINJOBS)
+    try:
+        # A runtime only one worker has: the job goes there.
+        await jobs.create(trainjob("on-b", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                                   runtime=only_b), namespace=namespace)
+        job = await eventually(lambda: finished(jobs, "on-b", namespace), timeout=60)
+        assert job["metadata"]["annotations"][c.ANNOTATION_CLUSTER] == "worker-b"
+        assert condition(job, "Complete")["status"] == "True"
+
+        # A runtime no worker has: the job waits, saying which workers lack which runtime,
+        # and nothing is created anywhere (no refused create on a worker).
+        await jobs.create(trainjob("nowhere", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                                   runtime=nowhere), namespace=namespace)
+
+        async def waiting() -> dict[str, Any]:
+            return condition(await jobs.get("nowhere", namespace=namespace),
+                             c.CONDITION_DISPATCHED)
+        dispatched = await eventually(
+            lambda: _with_reason(waiting, c.REASON_RUNTIME_NOT_FOUND), timeout=20)
+        for worker in WORKERS:
+            assert f"{worker} has no ClusterTrainingRuntime {nowhere!r}" in dispatched["message"]
+            assert await Resource(clients[worker], TRAINJOBS).get(
+                "nowhere", namespace=namespace) is None
+        # The runtime arrives on worker-a: the job goes there at once.
+        await apply("worker-a", runtime(nowhere))
+        job = await eventually(lambda: finished(jobs, "nowhere", namespace), timeout=60)
+        assert job["metadata"]["annotations"][c.ANNOTATION_CLUSTER] == "worker-a"
+
+        # The worker's copy of a runtime asks for more than the manager's: the quota
+        # booked is what the worker will run (2 nodes x 3 CPU, not 2 x 1).
+        await jobs.create(trainjob("bigger", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                                   runtime=bigger, num_nodes=2), namespace=namespace)
+
+        async def booked() -> str | None:
+            job = await jobs.get("bigger", namespace=namespace) or {"metadata": {}}
+            return (job["metadata"].get("annotations") or {}).get(c.ANNOTATION_DEMAND)
+        demand = await eventually(booked, timeout=20)
+        assert "cpu=6" in demand.split(","), demand
+
+        async def running_pods() -> list[dict[str, Any]]:
+            pods = (await Resource(clients["worker-a"], PODS).list(
+                namespace=namespace))["items"]
+            return [p for p in pods if p["metadata"]["name"].startswith("bigger-")
+                    and p["status"].get("phase") == "Running"]
+        async def both_running() -> list[dict[str, Any]]:
+            pods = await running_pods()
+            return pods if len(pods) == 2 else []
+        pods = await eventually(both_running, timeout=45)
+        assert {p["spec"]["containers"][0]["resources"]["requests"]["cpu"] for p in pods} == {
+            "3"}
+        assert len({p["spec"]["nodeName"] for p in pods}) == 2, "3 CPU each: one per node"
+    finally:
+        for cluster, name in applied:
+            await Resource(clients[cluster], CLUSTER_TRAINING_RUNTIMES).delete(name)
+
+
+async def _with_reason(read: Any, reason: str) -> dict[str, Any] | None:
+    found: dict[str, Any] = await read()
+    return found if found.get("reason") == reason else None

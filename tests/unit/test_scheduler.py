@@ -221,3 +221,35 @@ def test_no_worker_knows_the_priority_class_says_which_and_how_to_fix() -> None:
 def test_a_worker_without_kueue_takes_any_priority_class() -> None:
     decision = schedule([job("j1", 2, priority_class="high")], [worker("a", 8)])[0]
     assert decision.worker == "a"
+
+
+def test_a_worker_without_the_jobs_runtime_is_not_offered_it() -> None:
+    missing = {"b": "has no ClusterTrainingRuntime 'torch'"}
+    decisions = schedule([job("j1", 2, missing_on=missing)], [worker("a", 8, used=8),
+                                                              worker("b", 8)])
+    assert decisions[0].worker is None
+    assert decisions[0].reason == c.REASON_WAITING_FOR_QUOTA, "b is not a way out"
+    placed = schedule([job("j1", 2, missing_on=missing)], [worker("a", 8), worker("b", 8)])
+    assert placed[0].worker == "a"
+
+
+def test_a_runtime_no_worker_has_is_its_own_reason_naming_each_worker() -> None:
+    missing = {"a": "has no ClusterTrainingRuntime 'torch'",
+               "b": "cannot run it with its ClusterTrainingRuntime 'torch': no trainer step"}
+    decision = schedule([job("j1", 2, missing_on=missing)], [worker("a", 8), worker("b", 8)])[0]
+    assert (decision.worker, decision.reason) == (None, c.REASON_RUNTIME_NOT_FOUND)
+    assert decision.message == (
+        "no matching worker can run it: a has no ClusterTrainingRuntime 'torch'; "
+        "b cannot run it with its ClusterTrainingRuntime 'torch': no trainer step")
+
+
+def test_the_demand_that_counts_on_a_worker_is_what_its_runtime_makes_of_the_job() -> None:
+    bigger_on_a = {"a": {"cpu": Fraction(6)}}
+    decisions = schedule([job("j1", 2, demand_on=bigger_on_a), job("j2", 4)],
+                         [worker("a", 8), worker("b", 4, used=2)])
+    assert {d.key: d.worker for d in decisions} == {"j1": "a", "j2": None}, (
+        "j1 takes 6 of a's 8 (not 2), so j2 fits nowhere")
+    never = schedule([job("j1", 2, demand_on={"a": {"cpu": Fraction(9)}},
+                          missing_on={"b": "has no ClusterTrainingRuntime 'torch'"})],
+                     [worker("a", 8), worker("b", 64)])[0]
+    assert never.reason == c.REASON_UNSCHEDULABLE and "needs 9 cpu" in never.message

@@ -444,9 +444,9 @@ def _pending(s: JobSnapshot, memory: JobMemory) -> Action:
     if memory.not_before > s.now:
         return Requeue(memory.not_before - s.now)
     if s.reservation is not None:
-        return RecordPlacement(s.reservation, s.demand)
+        return RecordPlacement(s.reservation, s.demand_on.get(s.reservation, s.demand))
     return Enqueue(PendingJob(
         key=s.key, uid=s.uid, demand=s.demand, priority=s.priority,
         created=s.job["metadata"].get("creationTimestamp", ""), selector=selector,
-        excluded=memory.excluded_now(s.now),
+        excluded=memory.excluded_now(s.now), demand_on=s.demand_on, missing_on=s.missing_on,
         priority_class=(s.job["metadata"].get("labels") or {}).get(c.LABEL_PRIORITY_CLASS, "")))

@@ -12,7 +12,7 @@ Nothing here writes anything: the snapshot is the input of `decide`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -92,6 +92,10 @@ class JobSnapshot:
     runtime_name: str = ""
     demand: dict[str, Fraction] | None = None
     demand_error: DemandError | None = None
+    demand_on: dict[str, dict[str, Fraction]] = field(default_factory=dict)
+    """Worker -> the demand its own runtime gives the job, where it differs (pending)."""
+    missing_on: dict[str, str] = field(default_factory=dict)
+    """Worker -> why its runtime cannot run the job (pending jobs)."""
     priority: int = 0
     reservation: str | None = None
 
@@ -166,6 +170,8 @@ class SnapshotReader:
             tombstone = memory.tombstone[1]
         booking = self._ledger.get(uid)
         pending = placed_on is None and not job["metadata"].get("deletionTimestamp")
+        demand_on, missing_on = (self._on_workers(job, runtime, demand)
+                                 if pending and runtime is not None and demand else ({}, {}))
         others = [other for name in self._ledger.mirrors_of(uid) if name != placed_on
                   and (other := self._registry.get(name)) is not None]
         return JobSnapshot(
@@ -177,10 +183,42 @@ class SnapshotReader:
             worker=self._worker_state(connection) if connection else None,
             mirror=mirror, tombstone=tombstone, workload=workload, runtime=runtime,
             runtime_name=runtime_name,
-            demand=demand, demand_error=error,
+            demand=demand, demand_error=error, demand_on=demand_on, missing_on=missing_on,
             priority=await self._priorities.priority(job) if pending and demand else 0,
             reservation=self._scheduling.reservation(uid),
         )
+
+    def _on_workers(self, job: JSON, manager_runtime: JSON, demand: dict[str, Fraction]
+                    ) -> tuple[dict[str, dict[str, Fraction]], dict[str, str]]:
+        """What each worker's own copy of the job's runtime makes of it: the demand
+        where it differs from the manager's, or why the worker cannot run it."""
+        ref = self._kind.runtime_ref(job)
+        if ref is None:
+            return {}, {}
+        kind_name, key = ref
+        named = f"{kind_name} {key.rsplit('/', 1)[-1]!r}"
+        demand_on: dict[str, dict[str, Fraction]] = {}
+        missing_on: dict[str, str] = {}
+        for connection in self._registry.workers.values():
+            informer = connection.runtimes.get(kind_name)
+            if informer is None or not informer.synced.is_set():
+                continue  # not read yet: the worker is not offered until it is
+            runtime = informer.get(key)
+            if runtime is None:
+                missing_on[connection.name] = f"has no {named}"
+                continue
+            if runtime.get("spec") == manager_runtime.get("spec"):
+                continue
+            try:
+                there = self._kind.demand(job, runtime,
+                                          self._parsed(runtime, cluster=connection.name),
+                                          mode=self._config.placement.demand_mode)
+            except DemandError as error:
+                missing_on[connection.name] = f"cannot run it with its {named}: {error}"
+                continue
+            if there != demand:
+                demand_on[connection.name] = there
+        return demand_on, missing_on
 
     def _mirror_of(self, connection: WorkerConnection, key: str, uid: str) -> JSON | None:
         """Our mirror of job `uid` in the worker's cache, when the cache can be trusted."""
@@ -228,10 +266,12 @@ class SnapshotReader:
             memory.demand = (version, demand)
         return demand, None
 
-    def _parsed(self, runtime: JSON) -> Any:
-        """The runtime parsed once per version of it (a DemandError when it cannot be)."""
+    def _parsed(self, runtime: JSON, *, cluster: str = "") -> Any:
+        """The runtime (of the manager, or of worker `cluster`) parsed once per version of
+        it (a DemandError when it cannot be)."""
         metadata = runtime["metadata"]
-        key = f"{runtime.get('kind')}/{metadata.get('namespace', '')}/{metadata['name']}"
+        key = (f"{cluster}/{runtime.get('kind')}/{metadata.get('namespace', '')}/"
+               f"{metadata['name']}")
         version = metadata.get("resourceVersion", "")
         cached = self._parsed_runtimes.get(key)
         if cached is None or cached[0] != version:
