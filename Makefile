@@ -28,14 +28,14 @@ controlplane:
 trainer-chain:
 	bash controlplane/build.sh trainer
 
-demo: setup controlplane
+demo: setup controlplane trainer-chain
 	$(VENV)/bin/dispatcher demo
 
 # A local manager and two workers that stay up until Ctrl-C (kubectl, the SDK, the page).
-up: setup controlplane
+up: setup controlplane trainer-chain
 	$(VENV)/bin/dispatcher up
 
-up-kueue: setup controlplane
+up-kueue: setup controlplane trainer-chain
 	$(VENV)/bin/dispatcher up --kueue
 
 test: setup system-deps controlplane trainer-chain

@@ -1,16 +1,18 @@
 """`dispatcher demo`: the whole story on this machine, in about a minute.
 
 Starts a real local control plane (a manager and two workers: etcd + kube-apiserver),
-installs the CRDs and a sample runtime, registers both workers with WorkerCluster
-objects, runs the dispatcher, submits the sample TrainJobs of `config/samples/`, and
-shows live where each runs and its state until all are done. The workers have no nodes:
-a *simulated trainer* on each worker moves mirrors through running to Complete.
+with the real Kubeflow Trainer and JobSet on every cluster and, on each worker,
+kube-scheduler and kwok nodes that hold its quota; installs the CRDs and a sample
+runtime, registers both workers with WorkerCluster objects, runs the dispatcher, submits
+the sample TrainJobs of `config/samples/`, and shows live where each runs and its state
+until all are done; then where the workers' schedulers put the pods.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +29,11 @@ from dispatcher.config import DispatcherConfig
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import Resource
 from dispatcher.localcluster import LocalControlPlane
-from dispatcher.localcluster.simulated_trainer import SimulatedTrainer
+from dispatcher.localcluster.trainer import chain_crd_files, kwok_timed, pods_by_node
+from dispatcher.localenv import CLUSTERS, QUOTAS, start_chain
 
 SAMPLES = Path(__file__).resolve().parents[1] / "config" / "samples"
 NAMESPACE = "demo"
-QUOTAS = {
-    "worker-a": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "4"},
-    "worker-b": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8"},
-}
 _FINAL = {"Complete", "Failed", "NotClaimed"}
 
 
@@ -64,9 +63,11 @@ async def run_demo(*, run_seconds: float, port: int) -> int:
     console.print("[bold]Starting a local manager and two workers[/bold] "
                   "(real etcd + kube-apiserver on 127.0.0.1)...")
     async with LocalControlPlane() as plane:
-        clusters = await plane.start(["manager", "worker-a", "worker-b"])
-        console.print(f"control plane ready in {time.monotonic() - started:.1f}s; "
-                      f"kubeconfigs in {plane.directory}")
+        clusters = await plane.start(CLUSTERS, controllers=CLUSTERS,
+                                     crd_files=chain_crd_files())
+        await start_chain(plane)
+        console.print(f"control plane and Trainer chain ready in "
+                      f"{time.monotonic() - started:.1f}s; kubeconfigs in {plane.directory}")
         clients = {n: await _client(c.kubeconfig(), n) for n, c in clusters.items()}
         try:
             code = await _run(console, clusters, clients, run_seconds=run_seconds, port=port)
@@ -83,7 +84,7 @@ async def _run(console: Console, clusters: dict[str, Any], clients: dict[str, Cl
     runtime = yaml.safe_load((SAMPLES / "clustertrainingruntime-torch.yaml").read_text())
     for client in clients.values():
         await Resource(client, CLUSTER_TRAINING_RUNTIMES).apply(
-            runtime, field_manager="demo")
+            kwok_timed(runtime, run_seconds=run_seconds), field_manager="demo")
     config = DispatcherConfig.model_validate({
         "server": {"host": "127.0.0.1", "port": port},
         "workers": {"probeIntervalSeconds": 2},
@@ -95,11 +96,8 @@ async def _run(console: Console, clusters: dict[str, Any], clients: dict[str, Cl
                   f"{QUOTAS['worker-a']} and worker-b {QUOTAS['worker-b']}")
     dispatcher = Dispatcher(config, manager_kubeconfig=clusters["manager"].kubeconfig(),
                             instance="demo")
-    trainers = [SimulatedTrainer(clients[n], run_seconds=run_seconds)
-                for n in ("worker-a", "worker-b")]
     async with asyncio.TaskGroup() as group:
         service = group.create_task(dispatcher.run(), name="dispatcher")
-        sims = [group.create_task(t.run(), name="simulated-trainer") for t in trainers]
         async with asyncio.timeout(60):
             await dispatcher.ready.wait()
         assert dispatcher.server is not None
@@ -108,16 +106,31 @@ async def _run(console: Console, clusters: dict[str, Any], clients: dict[str, Cl
         jobs = Resource(manager, TRAINJOBS)
         for sample in yaml.safe_load_all((SAMPLES / "trainjobs.yaml").read_text()):
             await jobs.create(sample, namespace=NAMESPACE)
-        code = await _watch(console, jobs, metrics_url)
-        for task in (service, *sims):
-            task.cancel()
+        seen: dict[tuple[str, str], tuple[str, str]] = {}
+        code = await _watch(console, jobs, metrics_url,
+                            lambda: _pods(clients, seen))
+        console.print("where the pods ran (each worker's kube-scheduler chose the kwok "
+                      "nodes; the pods go with their finished mirrors):")
+        for (worker, pod), (node_name, phase) in sorted(seen.items()):
+            console.print(f"  {worker:9} {pod:34} {node_name:18} {phase}")
+        service.cancel()
     return code
 
 
-async def _watch(console: Console, jobs: Resource, metrics_url: str) -> int:
+async def _pods(clients: dict[str, ClusterClient],
+                seen: dict[tuple[str, str], tuple[str, str]]) -> None:
+    """Note where each pod of the demo's jobs runs on the workers, as it goes."""
+    for worker in QUOTAS:
+        for pod, node_name, phase in await pods_by_node(clients[worker], NAMESPACE):
+            seen[(worker, pod)] = (node_name, phase)
+
+
+async def _watch(console: Console, jobs: Resource, metrics_url: str,
+                 each_tick: Callable[[], Awaitable[None]]) -> int:
     deadline = time.monotonic() + 180
     with Live(console=console, refresh_per_second=4) as live:
         while time.monotonic() < deadline:
+            await each_tick()
             items = (await jobs.list(namespace=NAMESPACE))["items"]
             live.update(_table(items, metrics_url))
             states = [job_state(j, managed_by=MANAGED_BY_MULTIKUEUE).state for j in items]

@@ -5,8 +5,12 @@ plane (etcd, a kube-apiserver per cluster, the manager's garbage collector), ins
 CRDs, the sample runtime, the opt-in policy (label `dispatcher.trainjob.io/dispatch=true`
 sets `spec.managedBy`) and the Trainer version ConfigMap the Kubeflow SDK reads,
 registers both workers as WorkerCluster objects, and runs the dispatcher (with its
-status page) and a simulated trainer per worker. Then it prints `export KUBECONFIG=...`
-lines and the URLs, and waits. SIGINT or SIGTERM stops every process it started.
+status page). Every cluster runs the real Kubeflow Trainer and JobSet controllers
+(`localcluster/trainer.py`); each worker also runs kube-scheduler and kwok with fake
+nodes that hold exactly its quota (`WORKER_NODES`), so a mirror really becomes a JobSet,
+Jobs and pods placed on those nodes, which kwok runs for `--jobs-seconds`. Then it prints
+`export KUBECONFIG=...` lines and the URLs, and waits. SIGINT or SIGTERM stops every
+process it started.
 
 Everything lives in one directory (default `~/.cache/trainjob-dispatcher/up/`): a lock
 file holding the pid (an `flock`, so a crashed run never blocks the next), `up.json`
@@ -44,16 +48,18 @@ from dispatcher.config import DispatcherConfig
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource, ResourceKind
 from dispatcher.localcluster import LocalCluster, LocalControlPlane
-from dispatcher.localcluster.simulated_trainer import SimulatedTrainer
+from dispatcher.localcluster.trainer import NodePool, chain_crd_files, kwok_timed
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "config" / "samples"
 OPT_IN_POLICY = REPO_ROOT / "deploy" / "mutatingadmissionpolicy.yaml"
 CLUSTERS = ("manager", "worker-a", "worker-b")
-QUOTAS = {
-    "worker-a": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "4"},
-    "worker-b": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8"},
-}
+NODE_SHAPE = {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "2", "pods": "110"}
+WORKER_NODES = {"worker-a": NodePool(count=2, allocatable=NODE_SHAPE),
+                "worker-b": NodePool(count=4, allocatable=NODE_SHAPE)}
+QUOTAS = {name: {resource: amount for resource, amount in nodes.total().items()
+                 if resource != "pods"} for name, nodes in WORKER_NODES.items()}
+"""What each worker's nodes hold (worker-a: 8 CPU, 32Gi, 4 GPUs; worker-b: twice that)."""
 KUEUE_CLUSTER_QUEUE = "dispatcher"
 KUEUE_LOCAL_QUEUE = "default"
 KUEUE_NAMESPACES = ("default",)
@@ -151,6 +157,10 @@ def describe(info: dict[str, Any]) -> str:
                      f"{info.get('kubernetesVersion', '')}".rstrip())
     lines += [f"status page: {info['statusPage']}" if info.get("statusPage") else
               "status page: off", f"metrics: {info['metrics']}"]
+    workers = [name for name in info["kubeconfigs"] if name != "manager"]
+    if workers:
+        lines.append(f"the real Trainer, JobSet and kwok nodes run the jobs: KUBECONFIG="
+                     f"{info['kubeconfigs'][workers[0]]} kubectl get jobsets,pods -A -o wide")
     if info.get("kueue"):
         queues = info["kueue"]
         lines.append(f"workers run Kueue: ClusterQueue {queues['clusterQueue']}, LocalQueue "
@@ -240,13 +250,20 @@ async def _start_worker_kueue(plane: LocalControlPlane, clients: dict[str, Clust
                            namespaces=list(KUEUE_NAMESPACES), quota=quota)
 
 
+async def start_chain(plane: LocalControlPlane) -> None:
+    """The real Trainer and JobSet on every cluster; the workers' nodes, scheduler, kwok."""
+    await asyncio.gather(*(cluster.start_trainer(WORKER_NODES.get(name))
+                           for name, cluster in plane.clusters.items()))
+
+
 async def _prepare(plane: LocalControlPlane, clients: dict[str, ClusterClient],
-                   config: DispatcherConfig, *, kueue: bool) -> None:
+                   config: DispatcherConfig, *, kueue: bool, run_seconds: float) -> None:
     from dispatcher.admin import register_worker
 
     runtime = yaml.safe_load((SAMPLES / "clustertrainingruntime-torch.yaml").read_text())
     for client in clients.values():
-        await Resource(client, t.CLUSTER_TRAINING_RUNTIMES).apply(runtime, field_manager="up")
+        await Resource(client, t.CLUSTER_TRAINING_RUNTIMES).apply(
+            kwok_timed(runtime, run_seconds=run_seconds), field_manager="up")
     await install_trainer_extras(clients["manager"])
     if kueue:
         await _start_worker_kueue(plane, clients)
@@ -280,8 +297,9 @@ async def run_up(*, directory: Path, port: int, run_seconds: float, kueue: bool 
         shutil.rmtree(directory / "clusters", ignore_errors=True)
         print(f"starting a local manager and workers in {directory} ...", file=out, flush=True)
         async with LocalControlPlane(directory=directory / "clusters") as plane:
-            # Kueue needs the garbage collector on the clusters it runs on.
-            await plane.start(CLUSTERS, controllers=list(CLUSTERS) if kueue else ["manager"])
+            await plane.start(CLUSTERS, controllers=CLUSTERS,
+                              crd_files=chain_crd_files(kueue=kueue))
+            await start_chain(plane)
             clients = {n: await _client(cl) for n, cl in plane.clusters.items()}
             try:
                 await _serve(plane, clients, directory=directory, port=port,
@@ -303,14 +321,11 @@ async def _serve(plane: LocalControlPlane, clients: dict[str, ClusterClient], *,
         "server": {"host": "127.0.0.1", "port": port},
         "workers": {"probeIntervalSeconds": 2},
     })
-    await _prepare(plane, clients, config, kueue=kueue)
+    await _prepare(plane, clients, config, kueue=kueue, run_seconds=run_seconds)
     dispatcher = Dispatcher(config, manager_kubeconfig=plane.clusters["manager"].kubeconfig(),
                             instance="up")
-    trainers = [SimulatedTrainer(clients[name], run_seconds=run_seconds) for name in QUOTAS]
     async with asyncio.TaskGroup() as group:
         group.create_task(dispatcher.run(), name="dispatcher")
-        for trainer in trainers:
-            group.create_task(trainer.run(), name=f"simulated-trainer/{trainer.client.name}")
         async with asyncio.timeout(60):
             await dispatcher.ready.wait()
             while True:  # worker connections have no event to wait on

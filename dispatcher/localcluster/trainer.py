@@ -47,6 +47,7 @@ POD_DELAY_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
 POD_JITTER_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/jitter-delay"
 POD_FAILS_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 NODES = ResourceKind("", "v1", "nodes", namespaced=False)
+PODS = ResourceKind("", "v1", "pods", namespaced=True)
 MUTATING = ResourceKind("admissionregistration.k8s.io", "v1",
                         "mutatingwebhookconfigurations", namespaced=False)
 VALIDATING = ResourceKind("admissionregistration.k8s.io", "v1",
@@ -307,3 +308,38 @@ class TrainerChain:
     def kill(self) -> None:
         for process in self.processes:
             process.kill()
+
+
+def chain_crd_files(*, kueue: bool = False) -> list[Path]:
+    """The CRDs of a local cluster that runs the real chain: the dispatcher's own, the
+    Trainer's and JobSet's as their modules ship them (and Kueue's, with `kueue`)."""
+    from dispatcher.localcluster.binaries import ensure_kueue
+    from dispatcher.localcluster.cluster import CRD_DIR
+
+    files = ensure_trainer_chain()
+    crds = (sorted(CRD_DIR.glob("dispatcher.trainjob.io_*.yaml")) + files.trainer_crds()
+            + files.jobset_crds())
+    return crds + ensure_kueue().kueue_crds() if kueue else crds
+
+
+def kwok_timed(runtime: JSON, *, run_seconds: float) -> JSON:
+    """`runtime` with its pods created and running at once under kwok, and finished
+    `run_seconds` after they start (kwok reads the delays from pod annotations)."""
+    import copy
+
+    body = copy.deepcopy(runtime)
+    delays = {"pod-create": "0s", "pod-ready": "0s", "pod-complete": f"{run_seconds:g}s"}
+    for replicated in body["spec"]["template"]["spec"]["replicatedJobs"]:
+        pod = replicated["template"]["spec"]["template"]
+        annotations = pod.setdefault("metadata", {}).setdefault("annotations", {})
+        for stage, delay in delays.items():
+            for knob in ("delay", "jitter-delay"):
+                annotations[f"{stage}.stage.kwok.x-k8s.io/{knob}"] = delay
+    return body
+
+
+async def pods_by_node(client: ClusterClient, namespace: str) -> list[tuple[str, str, str]]:
+    """(pod, node, phase) of every pod in `namespace`: where a worker's scheduler put them."""
+    pods = (await Resource(client, PODS).list(namespace=namespace))["items"]
+    return sorted((p["metadata"]["name"], p["spec"].get("nodeName") or "-",
+                   p["status"].get("phase", "")) for p in pods)
