@@ -104,10 +104,13 @@ class WorkerClustersController:
         capacity_of: Callable[[WorkerConnection], Capacity],
         worker_clusters: Informer | None,
         secrets: Informer | None,
+        missing_runtimes_of: Callable[[str], list[str]] = lambda worker: [],
     ) -> None:
         self.config = config
         self.registry = registry
         self.capacity_of = capacity_of
+        self.missing_runtimes_of = missing_runtimes_of
+        """Worker -> the runtimes pending jobs need that it lacks, in words."""
         self.worker_clusters = worker_clusters
         self.secrets = secrets
         self._changed = asyncio.Event()
@@ -189,6 +192,9 @@ class WorkerClustersController:
         if capacity.quota is not None and capacity.free is not None:
             desired["quota"] = _amounts(capacity.quota)
             desired["free"] = _amounts(capacity.free)
+        missing = self.missing_runtimes_of(worker.name)
+        if missing:
+            desired["missingRuntimes"] = missing
         return desired
 
     async def write_statuses(self) -> None:

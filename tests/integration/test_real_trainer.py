@@ -19,8 +19,10 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from dispatcher.admin import register_worker
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
+from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource, ResourceKind
 from dispatcher.localcluster import LocalControlPlane
@@ -268,3 +270,58 @@ async def test_the_workers_own_runtime_decides_where_a_job_may_go_and_what_it_bo
 async def _with_reason(read: Any, reason: str) -> dict[str, Any] | None:
     found: dict[str, Any] = await read()
     return found if found.get("reason") == reason else None
+
+
+async def test_the_samples_are_accepted_by_the_real_manager_which_runs_only_its_own(
+    chain: Chain, dispatchers: DispatcherRunner, chain_namespace: str,
+) -> None:
+    """What `kubectl apply -f config/samples/` submits passes the real Trainer's webhooks
+    on the manager; the manager's Trainer runs the job it owns and none of the claimed
+    ones; with the samples' runtime on no worker, the jobs and the WorkerClusters say so."""
+    namespace = chain_namespace
+    manager = chain.clients["manager"]
+    system = f"{namespace}-system"
+    sample_runtime = yaml.safe_load(
+        (SAMPLES / "clustertrainingruntime-torch.yaml").read_text())
+    await Resource(manager, CLUSTER_TRAINING_RUNTIMES).apply(sample_runtime,
+                                                             field_manager="tests")
+    names = {w: f"{namespace}-{w}" for w in WORKERS}
+    quota = {k: v for k, v in NODES.total().items() if k != "pods"}
+    for worker, name in names.items():
+        await register_worker(manager, namespace=system, name=name,
+                              kubeconfig=chain.plane.clusters[worker].kubeconfig(), quota=quota)
+    try:
+        await dispatchers(workers={"fromCRD": True, "static": []})
+        samples = [d for d in yaml.safe_load_all((SAMPLES / "trainjobs.yaml").read_text()) if d]
+        for sample in samples:
+            sample["metadata"]["namespace"] = namespace
+            await Resource(manager, TRAINJOBS).apply(sample, field_manager="kubectl")
+        claimed = [s["metadata"]["name"] for s in samples
+                   if s["spec"].get("managedBy") == MANAGED_BY_MULTIKUEUE]
+        jobs = Resource(manager, TRAINJOBS)
+
+        async def all_waiting_for_the_runtime() -> bool:
+            for name in claimed:
+                dispatched = condition(await jobs.get(name, namespace=namespace),
+                                       c.CONDITION_DISPATCHED)
+                if dispatched.get("reason") != c.REASON_RUNTIME_NOT_FOUND:
+                    return False
+            return True
+        await eventually(all_waiting_for_the_runtime, timeout=30)
+
+        async def shown_on_the_workers() -> bool:
+            for name in names.values():
+                status = (await Resource(manager, WORKER_CLUSTERS).get(name) or {}).get(
+                    "status") or {}
+                if status.get("missingRuntimes") != [
+                        f"has no ClusterTrainingRuntime 'torch-distributed' (needed by "
+                        f"{len(claimed)} pending jobs)"]:
+                    return False
+            return True
+        await eventually(shown_on_the_workers, timeout=30)
+        jobsets = (await Resource(manager, JOBSETS).list(namespace=namespace))["items"]
+        assert [j["metadata"]["name"] for j in jobsets] == ["not-claimed"]
+    finally:
+        for name in names.values():
+            await Resource(manager, WORKER_CLUSTERS).delete(name)
+        await Resource(manager, CLUSTER_TRAINING_RUNTIMES).delete("torch-distributed")
