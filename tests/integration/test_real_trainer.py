@@ -325,3 +325,73 @@ async def test_the_samples_are_accepted_by_the_real_manager_which_runs_only_its_
         for name in names.values():
             await Resource(manager, WORKER_CLUSTERS).delete(name)
         await Resource(manager, CLUSTER_TRAINING_RUNTIMES).delete("torch-distributed")
+
+
+def staged(name: str) -> dict[str, Any]:
+    """A runtime as the shipped ones are made: a dataset and a model initializer (2 CPU
+    each, side by side), then the trainer (4 CPU a node), which `dependsOn` both."""
+    def step(job_name: str, ancestor: str, cpu: str,
+             depends: list[dict[str, str]] | None = None) -> dict[str, Any]:
+        replicated: dict[str, Any] = {"name": job_name, "template": {
+            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": ancestor}},
+            "spec": {"backoffLimit": 0, "template": {
+                "metadata": {"annotations": dict(QUICK)},
+                "spec": {"containers": [{"name": job_name, "image": "busybox",
+                                         "resources": {"requests": {"cpu": cpu,
+                                                                    "memory": "1Gi"}}}]}}}}}
+        if depends:
+            replicated["dependsOn"] = depends
+        return replicated
+
+    complete = [{"name": "dataset-initializer", "status": "Complete"},
+                {"name": "model-initializer", "status": "Complete"}]
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": name},
+            "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {
+                "replicatedJobs": [
+                    step("dataset-initializer", "dataset-initializer", "2"),
+                    step("model-initializer", "model-initializer", "2"),
+                    step("node", "trainer", "4", complete)]}}}}
+
+
+async def test_peak_of_steps_books_what_the_real_steps_run_at_once(
+    chain: Chain, dispatchers: DispatcherRunner, chain_namespace: str,
+) -> None:
+    """2 nodes of the trainer (8 CPU) after 2 initializers (4 CPU): the sum (12) is more
+    than a worker holds, the peak (8) is exactly what it holds, and the real chain runs
+    the steps in that order, so the job runs."""
+    namespace = chain_namespace
+    name = f"{namespace}-staged"
+    for cluster in CLUSTERS:
+        await Resource(chain.clients[cluster], CLUSTER_TRAINING_RUNTIMES).apply(
+            staged(name), field_manager="tests")
+    try:
+        await dispatchers(placement={"demandMode": "PeakOfSteps"},
+                          mirror={"origin": namespace, "keepFinished": True},
+                          workers={"static": [
+                              {"name": w, "kubeconfig": str(
+                                  chain.plane.clusters[w].kubeconfig_path),
+                               "quota": NODES.total()} for w in WORKERS]})
+        jobs = Resource(chain.clients["manager"], TRAINJOBS)
+        await jobs.create(trainjob("staged", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                                   runtime=name, num_nodes=2), namespace=namespace)
+        job = await eventually(lambda: finished(jobs, "staged", namespace), timeout=90)
+        assert condition(job, "Complete")["status"] == "True", job["status"]
+        assert "cpu=8" in job["metadata"]["annotations"][c.ANNOTATION_DEMAND].split(",")
+        worker = job["metadata"]["annotations"][c.ANNOTATION_CLUSTER]
+        pods = (await Resource(chain.clients[worker], PODS).list(namespace=namespace))["items"]
+        by_step: dict[str, list[dict[str, Any]]] = {}
+        for pod in pods:
+            step = pod["metadata"]["labels"].get("jobset.sigs.k8s.io/replicatedjob-name", "")
+            by_step.setdefault(step, []).append(pod)
+        assert sorted(by_step) == ["dataset-initializer", "model-initializer", "node"]
+        assert len(by_step["node"]) == 2
+        initializers_done = max(
+            s["state"]["terminated"]["finishedAt"]
+            for step in ("dataset-initializer", "model-initializer") for p in by_step[step]
+            for s in p["status"]["containerStatuses"])
+        assert all(p["metadata"]["creationTimestamp"] >= initializers_done
+                   for p in by_step["node"]), "the trainer started before its initializers"
+    finally:
+        for cluster in CLUSTERS:
+            await Resource(chain.clients[cluster], CLUSTER_TRAINING_RUNTIMES).delete(name)
