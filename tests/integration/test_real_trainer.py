@@ -395,3 +395,27 @@ async def test_peak_of_steps_books_what_the_real_steps_run_at_once(
     finally:
         for cluster in CLUSTERS:
             await Resource(chain.clients[cluster], CLUSTER_TRAINING_RUNTIMES).delete(name)
+
+
+async def test_a_deadline_the_workers_trainer_enforces_fails_the_job_on_the_manager(
+    chain: Chain, dispatchers: DispatcherRunner, chain_namespace: str,
+) -> None:
+    namespace = chain_namespace
+    name = f"{namespace}-long"
+    for cluster in CLUSTERS:
+        await Resource(chain.clients[cluster], CLUSTER_TRAINING_RUNTIMES).apply(
+            sized(runtime(name), cpu="1", runs_for="120s"), field_manager="tests")
+    try:
+        await start(dispatchers, chain)
+        jobs = Resource(chain.clients["manager"], TRAINJOBS)
+        body = trainjob("late", namespace, managed_by=MANAGED_BY_MULTIKUEUE, runtime=name)
+        body["spec"]["activeDeadlineSeconds"] = 3
+        await jobs.create(body, namespace=namespace)
+        job = await eventually(lambda: finished(jobs, "late", namespace), timeout=60)
+        failed = condition(job, "Failed")
+        assert (failed["status"], failed["reason"]) == ("True", "DeadlineExceeded"), failed
+        assert c.ANNOTATION_EVICTIONS not in (job["metadata"].get("annotations") or {})
+        assert condition(job, c.CONDITION_DISPATCHED)["reason"] == c.REASON_FINISHED
+    finally:
+        for cluster in CLUSTERS:
+            await Resource(chain.clients[cluster], CLUSTER_TRAINING_RUNTIMES).delete(name)
