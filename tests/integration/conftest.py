@@ -80,7 +80,7 @@ class DispatcherRunner:
 
     def __init__(self, control_plane: LocalControlPlane, namespace: str) -> None:
         self._plane = control_plane
-        self._namespace = namespace
+        self._namespace = self.namespace = namespace
         self.tasks: dict[Dispatcher, asyncio.Task[None]] = {}
 
     async def __call__(self, wait_for_workers: bool = True,

@@ -3,7 +3,8 @@
 A control plane of its own (a manager and two workers) serves the Trainer's and JobSet's
 CRDs as their modules ship them, and runs the real Trainer v2.3.0 and JobSet v0.12.0
 controllers with their webhooks on every cluster; each worker also runs kube-scheduler
-and kwok with two fake nodes, and its quota is what those nodes hold. The dispatcher
+and kwok with two fake nodes, and its quota is what those nodes hold; worker-b also runs
+a real Kueue. The dispatcher
 places the job, the worker's Trainer makes its JobSet, JobSet its Jobs, the Job
 controller its pods, the scheduler binds them to kwok nodes and kwok runs them; what the
 manager shows is what the worker's Trainer wrote.
@@ -26,12 +27,12 @@ from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource, ResourceKind
 from dispatcher.localcluster import LocalControlPlane
-from dispatcher.localcluster.binaries import ensure_trainer_chain
-from dispatcher.localcluster.cluster import CRD_DIR
+from dispatcher.localcluster.kueue_objects import LOCAL_QUEUES, setup_queues
 from dispatcher.localcluster.trainer import (
     JOBSETS,
     POD_FAILS_LABEL,
     NodePool,
+    chain_crd_files,
 )
 from tests.factories import trainjob
 from tests.integration.conftest import SAMPLES, DispatcherRunner, eventually
@@ -39,6 +40,9 @@ from tests.integration.conftest import SAMPLES, DispatcherRunner, eventually
 pytestmark = pytest.mark.integration
 CLUSTERS = ("manager", "worker-a", "worker-b")
 WORKERS = CLUSTERS[1:]
+KUEUE_WORKER = "worker-b"
+"""Runs a real Kueue beside its Trainer; only mirrors labelled for one of its LocalQueues
+are its to admit (the other tests' are not)."""
 NODES = NodePool(count=2, allocatable={"cpu": "4", "memory": "16Gi", "pods": "110"})
 PODS = ResourceKind("", "v1", "pods", namespaced=True)
 QUICK = {f"{stage}.stage.kwok.x-k8s.io/{knob}": delay
@@ -75,13 +79,10 @@ class Chain:
 
 @pytest_asyncio.fixture(scope="module")
 async def chain() -> AsyncIterator[Chain]:
-    files = ensure_trainer_chain()
-    crds = (sorted(CRD_DIR.glob("dispatcher.trainjob.io_*.yaml")) + files.trainer_crds()
-            + files.jobset_crds())
     plane = LocalControlPlane()
     clients: dict[str, ClusterClient] = {}
     try:
-        await plane.start(CLUSTERS, controllers=CLUSTERS, crd_files=crds)
+        await plane.start(CLUSTERS, controllers=CLUSTERS, crd_files=chain_crd_files(kueue=True))
         for name in CLUSTERS:
             await plane.clusters[name].start_trainer(NODES if name in WORKERS else None)
             clients[name] = await ClusterClient.from_kubeconfig(
@@ -90,6 +91,7 @@ async def chain() -> AsyncIterator[Chain]:
             for body in (runtime("torch-quick"), runtime("torch-failing", fails=True)):
                 await Resource(clients[name], CLUSTER_TRAINING_RUNTIMES).apply(
                     body, field_manager="tests")
+        await plane.clusters[KUEUE_WORKER].start_kueue()
         yield Chain(plane, clients)
     finally:
         for client in clients.values():
@@ -117,8 +119,10 @@ async def dispatchers(chain: Chain, chain_namespace: str) -> AsyncIterator[Dispa
     await runner.stop()
 
 
-async def start(dispatchers: DispatcherRunner, chain: Chain) -> None:
-    await dispatchers(workers={"static": [
+async def start(dispatchers: DispatcherRunner, chain: Chain, *,
+                keep_finished: bool = False) -> None:
+    await dispatchers(mirror={"origin": dispatchers.namespace, "keepFinished": keep_finished},
+                      workers={"static": [
         {"name": w, "kubeconfig": str(chain.plane.clusters[w].kubeconfig_path),
          "quota": NODES.total()} for w in WORKERS]})
 
@@ -142,7 +146,7 @@ async def test_a_trainjob_runs_on_the_real_chain_and_completes_on_the_manager(
     chain: Chain, dispatchers: DispatcherRunner, chain_namespace: str,
 ) -> None:
     namespace = chain_namespace
-    await start(dispatchers, chain)
+    await start(dispatchers, chain, keep_finished=True)  # its pods stay to be looked at
     jobs = Resource(chain.clients["manager"], TRAINJOBS)
     await jobs.create(trainjob("real", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
                                runtime="torch-quick", num_nodes=2), namespace=namespace)
@@ -151,8 +155,9 @@ async def test_a_trainjob_runs_on_the_real_chain_and_completes_on_the_manager(
     assert (complete["status"], complete["reason"]) == ("True", "AllJobsCompleted")
     worker = job["metadata"]["annotations"][c.ANNOTATION_CLUSTER]
     mirror = await Resource(chain.clients[worker], TRAINJOBS).get("real", namespace=namespace)
-    if mirror is not None:  # deleted once finished unless mirrors are kept
-        assert mirror["status"]["jobsStatus"] == job["status"]["jobsStatus"]
+    assert mirror is not None
+    assert mirror["status"]["jobsStatus"] == job["status"]["jobsStatus"]
+    assert condition(mirror, "Complete") == complete
     assert job["status"]["jobsStatus"] == [{"name": "node", "active": 0, "ready": 0,
                                             "succeeded": 1, "failed": 0, "suspended": 0}]
     # The worker's scheduler placed the pods on its kwok nodes.
@@ -419,3 +424,42 @@ async def test_a_deadline_the_workers_trainer_enforces_fails_the_job_on_the_mana
     finally:
         for cluster in CLUSTERS:
             await Resource(chain.clients[cluster], CLUSTER_TRAINING_RUNTIMES).delete(name)
+
+
+async def test_a_mirror_held_by_the_workers_kueue_waits_suspended_then_resumes_and_completes(
+    chain: Chain, dispatchers: DispatcherRunner, chain_namespace: str,
+) -> None:
+    """The worker's Kueue holds the mirror suspended (its LocalQueue is on hold), the
+    Trainer says so (Suspended True), the manager shows why it waits; released, Kueue
+    admits it, the Trainer resumes it (Suspended False, Resumed) and it completes."""
+    namespace = chain_namespace
+    worker = chain.clients[KUEUE_WORKER]
+    cluster_queue = f"{namespace}-cq"
+    quota = {k: v for k, v in NODES.total().items() if k != "pods"}
+    await setup_queues(worker, cluster_queue_name=cluster_queue, local_queue_name="default",
+                       namespaces=[namespace], quota=quota)
+    queues = Resource(worker, LOCAL_QUEUES)
+    await queues.merge_patch("default", {"spec": {"stopPolicy": "Hold"}}, namespace=namespace)
+    await dispatchers(workers={"static": [
+        {"name": KUEUE_WORKER, "kubeconfig": str(chain.plane.clusters[KUEUE_WORKER]
+                                                 .kubeconfig_path),
+         "quota": quota, "localQueue": "default", "clusterQueue": cluster_queue}]})
+    jobs = Resource(chain.clients["manager"], TRAINJOBS)
+    await jobs.create(trainjob("held", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                               runtime="torch-quick"), namespace=namespace)
+
+    async def held() -> dict[str, Any] | None:
+        job = await jobs.get("held", namespace=namespace)
+        waiting = condition(job, c.CONDITION_DISPATCHED).get("reason") == (
+            c.REASON_WAITING_FOR_ADMISSION)
+        return job if waiting and condition(job, "Suspended").get("status") == "True" else None
+    job = await eventually(held, timeout=30)
+    assert condition(job, "Suspended")["reason"] == "Suspended"
+    mirror = await Resource(worker, TRAINJOBS).get("held", namespace=namespace)
+    assert mirror is not None and mirror["spec"]["suspend"] is True
+    await queues.merge_patch("default", {"spec": {"stopPolicy": "None"}}, namespace=namespace)
+    job = await eventually(lambda: finished(jobs, "held", namespace), timeout=60)
+    assert condition(job, "Complete")["status"] == "True"
+    resumed = condition(job, "Suspended")
+    assert (resumed["status"], resumed["reason"]) == ("False", "Resumed"), resumed
+    assert c.ANNOTATION_EVICTIONS not in (job["metadata"].get("annotations") or {})
