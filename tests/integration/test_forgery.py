@@ -265,10 +265,34 @@ async def test_a_mirror_an_earlier_version_placed_by_annotation_is_adopted_not_d
         "finalizers": [c.FINALIZER],
         "annotations": {c.ANNOTATION_CLUSTER: "worker-b", c.ANNOTATION_DEMAND: "cpu=4"}}},
         namespace=namespace)
-    dispatcher = await start(start_dispatcher, control_plane)
+    # Its worker answers late: worker-a, with room, is offered jobs first.
+    worker_b = control_plane.clusters["worker-b"]
+    worker_b.pause()
+    try:
+        dispatcher = await start_dispatcher(wait_for_workers=False, workers={"static": [
+            {"name": w, "kubeconfig": str(control_plane.clusters[w].kubeconfig_path),
+             "quota": QUOTA} for w in WORKERS]})
+
+        def requeues() -> float:
+            return dispatcher.metrics.registry.get_sample_value(
+                "dispatcher_reconciles_total", {"result": "requeue"}) or 0.0
+
+        async def worker_a_open() -> bool:
+            assert dispatcher.registry is not None
+            a = dispatcher.registry.get("worker-a")
+            return a is not None and a.usable() and a.collected
+        await eventually(worker_a_open, timeout=20)
+        seen = requeues()
+        # The job was looked at again, and again, while worker-b could not be read...
+        await eventually(lambda: _more_than(requeues, seen + 2), timeout=10)
+        # ...and not placed on worker-a meanwhile.
+        assert await Resource(admin_clients["worker-a"], TRAINJOBS).get(
+            "legacy", namespace=namespace) is None
+    finally:
+        worker_b.resume()
     uid = job["metadata"]["uid"]
     record = await eventually(lambda: placement_of(admin_clients["manager"], namespace, uid),
-                              timeout=15)
+                              timeout=30)
     assert record.worker == "worker-b"
     assert await events_of(admin_clients["manager"], namespace, "legacy", c.REASON_ADOPTED)
     fleet = Fleet(admin_clients, namespace)
@@ -308,3 +332,7 @@ async def test_a_placed_job_that_stops_being_claimed_is_withdrawn_and_can_be_del
 
 async def _gone(jobs: Resource, name: str, namespace: str) -> bool:
     return await jobs.get(name, namespace=namespace) is None
+
+
+async def _more_than(read: Any, floor: float) -> bool:
+    return bool(read() > floor)

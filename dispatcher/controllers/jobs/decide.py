@@ -15,7 +15,10 @@ in the order they are tried (`docs/architecture.md` draws the same arrows):
   (the GC cleans up);
 - finished on the manager -> the same (the mirror is kept with `mirror.keepFinished`);
 - no record, and a live mirror of the job on a reachable worker (left by an earlier
-  version, which kept the placement in annotations) -> adopt it: record it there;
+  version, which kept the placement in annotations) -> adopt it: record it there; no
+  record, and the job's annotation and finalizer name a worker whose mirrors are not
+  read yet -> wait for them (or for the worker to be given up on) before anything else,
+  so an earlier version's mirror is adopted, never doubled;
 - the job's view (annotations `cluster`, `demand`, `evictions`, the finalizer) differs
   from the record -> rewrite it from the record, and say so in an event;
 - placed, not yet booked (after a restart) -> book it;
@@ -225,6 +228,9 @@ def decide(snapshot: JobSnapshot, memory: JobMemory, config: DispatcherConfig, *
         adoptable = _adoptable(snapshot, config, kind=kind)
         if adoptable is not None:
             return Adopt(adoptable)
+        hint = snapshot.hinted_worker
+        if hint is not None and not hint.usable and not _given_up(hint, config):
+            return Requeue(config.workers.probe_interval_seconds)
     changed = differences(job, snapshot.record)
     if changed:
         return RewriteView(tuple(changed))

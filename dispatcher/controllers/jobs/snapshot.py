@@ -77,6 +77,9 @@ class JobSnapshot:
     leftover_worker: WorkerState | None = None
     leftover_mirror: JSON | None = None
     """The leftover's mirror on its worker, when the worker can be read."""
+    hinted_worker: WorkerState | None = None
+    """With no record: the worker the job's own view (annotation and finalizer) names, as
+    an earlier version wrote it: not the truth, only where to look for its mirror."""
     elsewhere: tuple[WorkerState, ...] = ()
     """The other workers where a live mirror of the job was seen."""
     elsewhere_mirrors: tuple[JSON | None, ...] = ()
@@ -172,11 +175,15 @@ class SnapshotReader:
         pending = placed_on is None and not job["metadata"].get("deletionTimestamp")
         demand_on, missing_on = (self._on_workers(job, runtime, demand)
                                  if pending and runtime is not None and demand else ({}, {}))
+        hinted = None
+        if record is None and holds_finalizer(job):
+            named = self._registry.get(annotations_of(job).get(c.ANNOTATION_CLUSTER, ""))
+            hinted = self._worker_state(named) if named is not None else None
         others = [other for name in self._ledger.mirrors_of(uid) if name != placed_on
                   and (other := self._registry.get(name)) is not None]
         return JobSnapshot(
             key=key, now=now, wall=wall, job=job, claimed=True, record=record,
-            placed_on=placed_on, **leftover_fields,
+            placed_on=placed_on, **leftover_fields, hinted_worker=hinted,
             elsewhere=tuple(self._worker_state(other) for other in others),
             elsewhere_mirrors=tuple(self._mirror_of(other, key, uid) for other in others),
             booked=booking is not None and booking.worker == placed_on,
