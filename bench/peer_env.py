@@ -31,6 +31,8 @@ from dispatcher.kube.resource import NAMESPACES, Resource
 from dispatcher.localcluster import LocalControlPlane
 from dispatcher.localcluster.kueue import KueueSettings, MultiKueueSettings
 from dispatcher.localcluster.kueue_objects import setup_multikueue, setup_queues
+from dispatcher.localcluster.trainer import NodePool, chain_crd_files, kwok_timed
+from dispatcher.placement.quantity import parse_quantity
 from tests.factories import trainjob
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +43,8 @@ QUOTA = {"cpu": "1000000", "memory": "100000Ti"}
 """Room for every job: the benchmark measures placement, not queueing for quota."""
 HARNESS_CLIENT = ClientSettings(qps=5000, burst=5000, timeout_seconds=30, pool_size=32)
 DEFAULT_LOST_TIMEOUT_SECONDS = 900.0
+NODE_CPU = 4
+"""CPU of one kwok node, with the real chain."""
 """Both systems' default: the dispatcher's lostTimeoutSeconds, MultiKueue's 15m."""
 
 KUEUE_DEFAULTS = KueueSettings()
@@ -103,6 +107,9 @@ class Environment:
     manager_quota: dict[str, str] = field(default_factory=lambda: dict(QUOTA))
     """MultiKueue's ClusterQueue on the manager."""
     lost_timeout_seconds: float = DEFAULT_LOST_TIMEOUT_SECONDS
+    real_chain: bool = False
+    """The real Trainer and JobSet on every cluster, kwok nodes holding each worker's
+    quota (rather than the simulated trainer)."""
     dispatcher_port: int | None = None
     """Where the dispatcher serves /metrics, once bench/peer_systems.py runs it."""
 
@@ -147,25 +154,42 @@ async def _setup_queues(env: Environment) -> None:
                            quota=env.manager_quota, admission_check=CHECK)
 
 
+def _nodes(quota: dict[str, str]) -> NodePool:
+    """kwok nodes of 4 CPU (and 16Gi) that hold together the worker's CPU quota."""
+    cpus = int(parse_quantity(quota["cpu"]))
+    return NodePool(count=max(1, -(-cpus // NODE_CPU)), allocatable={
+        "cpu": str(NODE_CPU), "memory": f"{4 * NODE_CPU}Gi", "pods": "110"})
+
+
 @asynccontextmanager
 async def environment(system: System, *, workers: int, quota: dict[str, str] | None = None,
                       manager_quota: dict[str, str] | None = None,
-                      lost_timeout_seconds: float = DEFAULT_LOST_TIMEOUT_SECONDS
+                      lost_timeout_seconds: float = DEFAULT_LOST_TIMEOUT_SECONDS,
+                      real_chain: bool = False, run_seconds: float = 10.0,
                       ) -> AsyncIterator[Environment]:
+    """Fresh clusters with the system's Kueues and queues; with `real_chain`, the real
+    Trainer chain on every cluster, its pods running `run_seconds` under kwok."""
     names = [f"worker-{i}" for i in range(workers)]
     clusters = ["manager", *names]
     async with LocalControlPlane() as plane:
-        await plane.start(clusters, controllers=clusters)
+        await plane.start(clusters, controllers=clusters,
+                          crd_files=chain_crd_files(kueue=True) if real_chain else None)
+        if real_chain:
+            nodes = _nodes(dict(quota or QUOTA))
+            await asyncio.gather(*(plane.clusters[n].start_trainer(nodes if n in names else None)
+                                   for n in clusters))
         clients = {n: await ClusterClient.from_kubeconfig(
             name=n, kubeconfig=plane.clusters[n].kubeconfig(), settings=HARNESS_CLIENT)
             for n in clusters}
         env = Environment(plane=plane, clients=clients, workers=names, system=system,
                           quota=dict(quota or QUOTA),
                           manager_quota=dict(manager_quota or quota or QUOTA),
-                          lost_timeout_seconds=lost_timeout_seconds)
+                          lost_timeout_seconds=lost_timeout_seconds, real_chain=real_chain)
         try:
             runtime = yaml.safe_load(
                 (ROOT / "config/samples/clustertrainingruntime-torch.yaml").read_text())
+            if real_chain:
+                runtime = kwok_timed(runtime, run_seconds=run_seconds)
             await asyncio.gather(*(_prepare_cluster(c, runtime) for c in clients.values()))
             await _start_kueue(env)
             await _setup_queues(env)

@@ -11,12 +11,19 @@ their quick sizes, and fewer MultiKueue settings (defaults, the best one).
 Writes `bench/results/peer-multikueue-<N>-<K>w.{json,md,png}` per burst and
 `bench/results/peer-scenarios-<K>w.{json,md,png}` per worker count (with some scenarios
 only: `peer-scenarios-<K>w-<scenarios>.*`, so a partial run keeps the whole one).
+`--real-chain` runs `complete` on the real Trainer chain on every cluster (Trainer v2.3,
+JobSet, kwok nodes holding each worker's quota) instead of the simulated trainer, into
+`peer-scenarios-<K>w-...-real-chain.*`:
+
+    python -m bench --peer multikueue --workers 2 --scenarios complete --real-chain \
+        --quota-cpu-per-worker 16 --scenario-systems dispatcher-fair,multikueue-default
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 
 from bench.peer_multikueue import peer_benchmark, write_peer_reports
@@ -53,6 +60,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scenarios", default=",".join(("burst", *SCENARIOS)),
                    help="burst and/or " + ", ".join(SCENARIOS))
     p.add_argument("--scenario-systems", default=",".join(SCENARIO_SYSTEMS))
+    p.add_argument("--real-chain", action="store_true",
+                   help="run `complete` on the real Trainer, JobSet and kwok nodes")
+    p.add_argument("--quota-cpu-per-worker", type=int, default=0,
+                   help="the scenarios' CPU quota per worker (jobs take 1 each)")
     return p
 
 
@@ -75,6 +86,10 @@ def main(argv: list[str]) -> None:
                or [n for n in (QUICK_SYSTEMS if args.quick else SYSTEMS) if n not in ONLY_IN])
     scenario_systems = _names(args.scenario_systems, list(SYSTEMS), "systems")
     sizes = QUICK_SIZES if args.quick else ScenarioSizes()
+    if args.real_chain:
+        sizes = dataclasses.replace(sizes, real_chain=True)
+    if args.quota_cpu_per_worker:
+        sizes = dataclasses.replace(sizes, quota_cpu_per_worker=args.quota_cpu_per_worker)
     used = (systems if "burst" in scenarios else []) + scenario_systems
     if any(SYSTEMS[n].multikueue.remote_qps is not None for n in used):
         ensure_remote_qps_binary(ensure_kueue())  # before any cluster starts: minutes

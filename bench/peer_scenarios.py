@@ -74,6 +74,9 @@ class ScenarioSizes:
     """After the last create: how long the last jobs may take to run."""
     complete_run_seconds: float = 10.0
     complete_timeout_seconds: float = 600.0
+    real_chain: bool = False
+    """`complete` on the real Trainer chain (Trainer, JobSet, kwok nodes) instead of the
+    simulated trainer; the other scenarios ignore it."""
 
 
 QUICK_SIZES = ScenarioSizes(frozen_jobs_per_worker=6, place_timeout_seconds=90.0,
@@ -111,10 +114,11 @@ class Creator:
 @asynccontextmanager
 async def running_system(system: System, *, workers: int, log_name: str,
                          **environment_args: Any) -> AsyncIterator[tuple[Environment, Occupancy]]:
-    """Fresh clusters, the system's controllers, a trainer and a watch on every worker."""
+    """Fresh clusters, the system's controllers, a trainer (the simulated one, unless the
+    environment runs the real chain) and a watch on every worker."""
     async with environment(system, workers=workers, **environment_args) as env, \
             controllers(env, log_name=log_name):
-        trainers = [asyncio.create_task(
+        trainers = [] if env.real_chain else [asyncio.create_task(
             SimulatedTrainer(env.clients[w], start_delay=0.5, run_seconds=RUN_SECONDS).run(),
             name=f"peer-trainer/{w}") for w in env.workers]
         occupancy = Occupancy({w: env.clients[w] for w in env.workers}, NAMESPACE)
@@ -281,7 +285,8 @@ async def complete(system: System, *, workers: int, sizes: ScenarioSizes) -> dic
     jobs = waves * allowed
     async with running_system(system, workers=workers, log_name=f"{system.name}-complete",
                               quota=_quota(allowed_per_worker),
-                              manager_quota=_quota(allowed)) as (env, _occupancy):
+                              manager_quota=_quota(allowed), real_chain=sizes.real_chain,
+                              run_seconds=sizes.complete_run_seconds) as (env, _occupancy):
         manager = JobWatch(env.clients["manager"], NAMESPACE, label="complete")
         await manager.informer.synced.wait()
         creator = Creator(env)
@@ -294,6 +299,8 @@ async def complete(system: System, *, workers: int, sizes: ScenarioSizes) -> dic
         complete = {n: at for n, (at, outcome) in finished.items() if outcome == CONDITION_COMPLETE}
         last = max(complete.values(), default=None)
         return {
+            "trainer": "real chain (Trainer v2.3.0, JobSet v0.12.0, kwok nodes)"
+                       if sizes.real_chain else "simulated",
             "jobs": jobs, "allowed_at_once": allowed, "run_seconds": sizes.complete_run_seconds,
             "timeout_seconds": sizes.complete_timeout_seconds,
             "complete": len(complete), "failed": len(finished) - len(complete),

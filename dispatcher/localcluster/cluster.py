@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO_ROOT / "config" / "crd"
 _CONTROLLERS = "garbage-collector-controller,namespace-controller,job-controller"
+_PORT_ATTEMPTS = 3
 DISPATCHER_NAMESPACE = "trainjob-dispatcher"
 """The dispatcher's default namespace (its Placement records live there), which
 `deploy/` creates: every local cluster has it, as a deployed manager would."""
@@ -266,7 +267,7 @@ class LocalCluster:
     async def start_trainer(self, nodes: NodePool | None = None) -> TrainerChain:
         """Run the real Trainer and JobSet (and with `nodes`, kube-scheduler and kwok with
         that many fake nodes); ready when this returns."""
-        from dispatcher.localcluster.trainer import TrainerChain
+        from dispatcher.localcluster.trainer import TrainerChain, TrainerChainError
 
         if self.trainer is not None:
             raise ControlPlaneError(f"{self.name}: the Trainer already runs")
@@ -274,9 +275,21 @@ class LocalCluster:
             raise ControlPlaneError(
                 f"{self.name}: the Trainer chain needs the Job controller (start with "
                 "controllers)")
-        self.trainer = TrainerChain(self, nodes=nodes)
-        await self.trainer.start()
-        return self.trainer
+        for attempt in range(_PORT_ATTEMPTS):
+            chain = TrainerChain(self, nodes=nodes)  # fresh ports each time
+            try:
+                await chain.start()
+            except TrainerChainError as error:
+                # A free port picked for it can be taken by another process starting
+                # at the same moment before it binds.
+                if "address already in use" not in str(error) or attempt + 1 == _PORT_ATTEMPTS:
+                    raise
+                log.info("%s: a port of the Trainer chain was taken; starting it again",
+                         self.name)
+                continue
+            self.trainer = chain
+            return chain
+        raise AssertionError("unreachable")
 
     async def stop_trainer(self) -> None:
         if self.trainer is not None:
