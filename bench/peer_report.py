@@ -230,9 +230,14 @@ def _complete(systems: dict[str, Any]) -> list[str]:
 
 def scenario_markdown(results: dict[str, dict[str, Any]], *, workers: int,
                       settings: dict[str, Any], sizes: dict[str, Any]) -> str:
+    trainer = ("the real Kubeflow Trainer v2.3.0 and JobSet v0.12.0 on every cluster and "
+               "kube-scheduler with kwok nodes holding each worker's quota (the pods of "
+               "`complete` run for its run time once the worker's Kueue admits them)"
+               if sizes.get("real_chain") else
+               "the same simulated trainer on every worker (jobs run for an hour once "
+               "unsuspended; in `complete`, for its run time)")
     parts = [f"# Peer benchmark: behaviour, {workers} workers", "",
-             "Each system on fresh clusters with the same simulated trainer on every worker "
-             "(jobs run for an hour once unsuspended; in `complete`, for its run time) and the "
+             f"Each system on fresh clusters with {trainer} and the "
              "same TrainJobs; every number comes from the harness's own watches of the "
              "workers and the manager. A copy runs when it is present, not suspended and not "
              "finished; a copy on a frozen worker counts as running until it is seen gone "

@@ -195,6 +195,12 @@ def test_the_kubeflow_sdk_submits_with_the_opt_in_label_and_follows_to_complete(
     assert raw["spec"]["managedBy"] == MANAGED_BY_MULTIKUEUE
     assert raw["metadata"]["annotations"][c.ANNOTATION_CLUSTER] in ("worker-a", "worker-b")
     assert client.get_job(name).status == "Complete"
+    # What the worker's real Trainer wrote: its JobSet's reason, one replicated job done.
+    complete = next(x for x in raw["status"]["conditions"] if x["type"] == "Complete")
+    assert (complete["reason"], complete["message"]) == (
+        "AllJobsCompleted", "jobset completed successfully")
+    assert raw["status"]["jobsStatus"] == [{"name": "node", "active": 0, "ready": 0,
+                                            "succeeded": 1, "failed": 0, "suspended": 0}]
 
 
 def test_sigint_stops_every_process_it_started(up: Up) -> None:
