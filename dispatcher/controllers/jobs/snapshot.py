@@ -126,6 +126,7 @@ class SnapshotReader:
         self._clock = clock
         self._claim_selector = parse_selector(config.claim.label_selector)
         self._parsed_runtimes: dict[str, tuple[str, Any]] = {}
+        self._same_runtimes: dict[tuple[str, str, str, str], tuple[tuple[str, str], bool]] = {}
 
     def claimed(self, job: JSON) -> bool:
         spec = job.get("spec") or {}
@@ -214,7 +215,7 @@ class SnapshotReader:
             if runtime is None:
                 missing_on[connection.name] = f"has no {named}"
                 continue
-            if runtime.get("spec") == manager_runtime.get("spec"):
+            if self._same_runtime(connection.name, runtime, manager_runtime):
                 continue
             try:
                 there = self._kind.demand(job, runtime,
@@ -226,6 +227,19 @@ class SnapshotReader:
             if there != demand:
                 demand_on[connection.name] = there
         return demand_on, missing_on
+
+    def _same_runtime(self, worker: str, there: JSON, here: JSON) -> bool:
+        """Whether a worker's copy of a runtime has the manager's spec (compared once per
+        version of each)."""
+        key = (worker, str(there.get("kind")), there["metadata"].get("namespace", ""),
+               there["metadata"]["name"])
+        versions = (there["metadata"].get("resourceVersion", ""),
+                    here["metadata"].get("resourceVersion", ""))
+        cached = self._same_runtimes.get(key)
+        if cached is None or cached[0] != versions:
+            cached = (versions, there.get("spec") == here.get("spec"))
+            self._same_runtimes[key] = cached
+        return cached[1]
 
     def _mirror_of(self, connection: WorkerConnection, key: str, uid: str) -> JSON | None:
         """Our mirror of job `uid` in the worker's cache, when the cache can be trusted."""
