@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import yaml
 
 from dispatcher.kube.client import ClusterClient
@@ -41,7 +40,7 @@ from dispatcher.kube.resource import CRDS, NAMESPACES, Resource, ResourceKind, s
 from dispatcher.localcluster.binaries import BinariesNotFound, KueueFiles, ensure_kueue
 from dispatcher.localcluster.crds import admin_client
 from dispatcher.localcluster.pki import sign_server_certificate
-from dispatcher.localcluster.processes import ManagedProcess
+from dispatcher.localcluster.processes import ManagedProcess, wait_healthy
 
 if TYPE_CHECKING:
     from dispatcher.localcluster.cluster import LocalCluster
@@ -252,20 +251,8 @@ class KueueManager:
         log.info("%s: Kueue ready (webhook %s)", self.cluster.name, self.base_url)
 
     async def _wait_ready(self, deadline: float) -> None:
-        url = f"http://127.0.0.1:{self.ports['health']}/readyz"
-        async with aiohttp.ClientSession() as session:
-            while True:
-                if not self.process.running():
-                    raise KueueError(f"{self.process.name} exited:\n{self.process.tail()}")
-                try:
-                    async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
-                        if r.status == 200:
-                            return
-                except (aiohttp.ClientError, TimeoutError):
-                    pass
-                if time.monotonic() > deadline:
-                    raise KueueError(f"{self.process.name} not ready:\n{self.process.tail()}")
-                await asyncio.sleep(_POLL_SECONDS)
+        await wait_healthy(self.process, f"http://127.0.0.1:{self.ports['health']}/readyz",
+                           deadline=deadline, error=KueueError, poll_seconds=_POLL_SECONDS)
 
     async def _install_webhooks(self, client: ClusterClient) -> None:
         manifests = [d for d in yaml.safe_load_all(self.files.webhooks.read_text()) if d]

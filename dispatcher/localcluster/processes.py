@@ -8,6 +8,7 @@ log file beside the cluster's data.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import logging
@@ -16,6 +17,8 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+
+import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -125,3 +128,22 @@ def _all_threads_stopped(pid: int) -> bool:
         if state not in "TtZX":
             return False
     return True
+
+
+async def wait_healthy(process: ManagedProcess, url: str, *, deadline: float,
+                       error: type[Exception], poll_seconds: float = 0.1) -> None:
+    """Until `url` (a controller's readiness endpoint) answers 200; `error` with the tail
+    of the process's log when it exits first or `deadline` (monotonic) passes."""
+    async with aiohttp.ClientSession() as session:
+        while True:
+            if not process.running():
+                raise error(f"{process.name} exited:\n{process.tail()}")
+            try:
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as answer:
+                    if answer.status == 200:
+                        return
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                raise error(f"{process.name} not ready:\n{process.tail()}")
+            await asyncio.sleep(poll_seconds)

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import yaml
 
 from dispatcher.kube.client import ClusterClient
@@ -34,7 +33,7 @@ from dispatcher.kube.resource import Resource, ResourceKind, status_of
 from dispatcher.localcluster.binaries import TrainerChainFiles, ensure_trainer_chain
 from dispatcher.localcluster.crds import admin_client
 from dispatcher.localcluster.pki import sign_server_certificate
-from dispatcher.localcluster.processes import ManagedProcess
+from dispatcher.localcluster.processes import ManagedProcess, wait_healthy
 
 if TYPE_CHECKING:
     from dispatcher.localcluster.cluster import LocalCluster
@@ -137,22 +136,9 @@ class _WebhookServer:
 
     async def wait_healthy(self, deadline: float) -> None:
         assert self.process is not None
-        url = f"http://127.0.0.1:{self.health_port}/readyz"
-        async with aiohttp.ClientSession() as session:
-            while True:
-                if not self.process.running():
-                    raise TrainerChainError(f"{self.process.name} exited:\n"
-                                            f"{self.process.tail()}")
-                try:
-                    async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
-                        if r.status == 200:
-                            return
-                except (aiohttp.ClientError, TimeoutError):
-                    pass
-                if time.monotonic() > deadline:
-                    raise TrainerChainError(f"{self.process.name} not ready:\n"
-                                            f"{self.process.tail()}")
-                await asyncio.sleep(_POLL_SECONDS)
+        await wait_healthy(self.process, f"http://127.0.0.1:{self.health_port}/readyz",
+                           deadline=deadline, error=TrainerChainError,
+                           poll_seconds=_POLL_SECONDS)
 
 
 class TrainerChain:

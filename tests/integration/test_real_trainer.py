@@ -12,6 +12,7 @@ manager shows is what the worker's Trainer wrote.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import AsyncIterator
 from typing import Any
@@ -75,6 +76,20 @@ class Chain:
     def __init__(self, plane: LocalControlPlane, clients: dict[str, ClusterClient]) -> None:
         self.plane = plane
         self.clients = clients
+
+    @contextlib.asynccontextmanager
+    async def runtime(self, body: dict[str, Any], *, on: tuple[str, ...] = CLUSTERS
+                      ) -> AsyncIterator[str]:
+        """`body` (a ClusterTrainingRuntime) on the clusters `on` while inside."""
+        name = body["metadata"]["name"]
+        for cluster in on:
+            await Resource(self.clients[cluster], CLUSTER_TRAINING_RUNTIMES).apply(
+                body, field_manager="tests")
+        try:
+            yield name
+        finally:
+            for cluster in on:
+                await Resource(self.clients[cluster], CLUSTER_TRAINING_RUNTIMES).delete(name)
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -366,11 +381,7 @@ async def test_peak_of_steps_books_what_the_real_steps_run_at_once(
     than a worker holds, the peak (8) is exactly what it holds, and the real chain runs
     the steps in that order, so the job runs."""
     namespace = chain_namespace
-    name = f"{namespace}-staged"
-    for cluster in CLUSTERS:
-        await Resource(chain.clients[cluster], CLUSTER_TRAINING_RUNTIMES).apply(
-            staged(name), field_manager="tests")
-    try:
+    async with chain.runtime(staged(f"{namespace}-staged")) as name:
         await dispatchers(placement={"demandMode": "PeakOfSteps"},
                           mirror={"origin": namespace, "keepFinished": True},
                           workers={"static": [
@@ -397,20 +408,14 @@ async def test_peak_of_steps_books_what_the_real_steps_run_at_once(
             for s in p["status"]["containerStatuses"])
         assert all(p["metadata"]["creationTimestamp"] >= initializers_done
                    for p in by_step["node"]), "the trainer started before its initializers"
-    finally:
-        for cluster in CLUSTERS:
-            await Resource(chain.clients[cluster], CLUSTER_TRAINING_RUNTIMES).delete(name)
 
 
 async def test_a_deadline_the_workers_trainer_enforces_fails_the_job_on_the_manager(
     chain: Chain, dispatchers: DispatcherRunner, chain_namespace: str,
 ) -> None:
     namespace = chain_namespace
-    name = f"{namespace}-long"
-    for cluster in CLUSTERS:
-        await Resource(chain.clients[cluster], CLUSTER_TRAINING_RUNTIMES).apply(
-            sized(runtime(name), cpu="1", runs_for="120s"), field_manager="tests")
-    try:
+    long_running = sized(runtime(f"{namespace}-long"), cpu="1", runs_for="120s")
+    async with chain.runtime(long_running) as name:
         await start(dispatchers, chain)
         jobs = Resource(chain.clients["manager"], TRAINJOBS)
         body = trainjob("late", namespace, managed_by=MANAGED_BY_MULTIKUEUE, runtime=name)
@@ -421,9 +426,6 @@ async def test_a_deadline_the_workers_trainer_enforces_fails_the_job_on_the_mana
         assert (failed["status"], failed["reason"]) == ("True", "DeadlineExceeded"), failed
         assert c.ANNOTATION_EVICTIONS not in (job["metadata"].get("annotations") or {})
         assert condition(job, c.CONDITION_DISPATCHED)["reason"] == c.REASON_FINISHED
-    finally:
-        for cluster in CLUSTERS:
-            await Resource(chain.clients[cluster], CLUSTER_TRAINING_RUNTIMES).delete(name)
 
 
 async def test_a_mirror_held_by_the_workers_kueue_waits_suspended_then_resumes_and_completes(
