@@ -41,6 +41,7 @@ from dispatcher.localcluster.binaries import BinariesNotFound, KueueFiles, ensur
 from dispatcher.localcluster.crds import admin_client
 from dispatcher.localcluster.pki import sign_server_certificate
 from dispatcher.localcluster.processes import ManagedProcess, wait_healthy
+from dispatcher.localcluster.webhooks import pointed_at
 
 if TYPE_CHECKING:
     from dispatcher.localcluster.cluster import LocalCluster
@@ -61,10 +62,6 @@ CONVERSION_PATH = "/convert"
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 # The visibility API server needs certificates at a fixed path; the harness does not use it.
 FEATURE_GATES = "VisibilityOnDemand=false"
-MUTATING = ResourceKind("admissionregistration.k8s.io", "v1",
-                        "mutatingwebhookconfigurations", namespaced=False)
-VALIDATING = ResourceKind("admissionregistration.k8s.io", "v1",
-                          "validatingwebhookconfigurations", namespaced=False)
 RESOURCE_FLAVORS_V1BETA2 = ResourceKind("kueue.x-k8s.io", "v1beta2", "resourceflavors",
                                         namespaced=False)
 READY_TIMEOUT_SECONDS = 60.0
@@ -144,22 +141,8 @@ def webhook_configurations(manifests: list[JSON], *, base_url: str, ca_bundle: s
                            ) -> list[tuple[ResourceKind, JSON]]:
     """Kueue's webhook configurations, reduced to the kept entries and pointed at
     `base_url` (the local webhook server) instead of an in-cluster Service."""
-    result = []
-    for manifest in manifests:
-        kind = MUTATING if manifest["kind"] == "MutatingWebhookConfiguration" else VALIDATING
-        webhooks = []
-        for webhook in manifest.get("webhooks") or []:
-            if not _kept(webhook):
-                continue
-            path = webhook["clientConfig"]["service"]["path"]
-            webhooks.append({**webhook, "clientConfig": {
-                "url": f"{base_url}{path}", "caBundle": ca_bundle}})
-        result.append((kind, {
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": manifest["kind"],
-            "metadata": {"name": f"kueue-{manifest['metadata']['name']}"},
-            "webhooks": webhooks,
-        }))
-    return result
+    return pointed_at(manifests, prefix="kueue", base_url=base_url, ca_bundle=ca_bundle,
+                      keep=_kept)
 
 
 def _conversion(*, base_url: str, ca_bundle: str) -> JSON:

@@ -34,6 +34,7 @@ from dispatcher.localcluster.binaries import TrainerChainFiles, ensure_trainer_c
 from dispatcher.localcluster.crds import admin_client
 from dispatcher.localcluster.pki import sign_server_certificate
 from dispatcher.localcluster.processes import ManagedProcess, wait_healthy
+from dispatcher.localcluster.webhooks import pointed_at
 
 if TYPE_CHECKING:
     from dispatcher.localcluster.cluster import LocalCluster
@@ -42,15 +43,9 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-POD_DELAY_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
-POD_JITTER_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/jitter-delay"
 POD_FAILS_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 NODES = ResourceKind("", "v1", "nodes", namespaced=False)
 PODS = ResourceKind("", "v1", "pods", namespaced=True)
-MUTATING = ResourceKind("admissionregistration.k8s.io", "v1",
-                        "mutatingwebhookconfigurations", namespaced=False)
-VALIDATING = ResourceKind("admissionregistration.k8s.io", "v1",
-                          "validatingwebhookconfigurations", namespaced=False)
 JOBSETS = ResourceKind("jobset.x-k8s.io", "v1alpha2", "jobsets", namespaced=True)
 CLUSTER_RUNTIMES = ResourceKind("trainer.kubeflow.org", "v1alpha1",
                                 "clustertrainingruntimes", namespaced=False)
@@ -81,23 +76,6 @@ class NodePool:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
-
-
-def webhook_configurations(manifests: list[JSON], *, prefix: str, base_url: str,
-                           ca_bundle: str) -> list[tuple[ResourceKind, JSON]]:
-    """The module's webhook configurations pointed at `base_url`, named `prefix-...`."""
-    result = []
-    for manifest in manifests:
-        kind = MUTATING if manifest["kind"] == "MutatingWebhookConfiguration" else VALIDATING
-        webhooks = [{**webhook, "clientConfig": {
-            "url": f"{base_url}{webhook['clientConfig']['service']['path']}",
-            "caBundle": ca_bundle}} for webhook in manifest.get("webhooks") or []]
-        result.append((kind, {
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": manifest["kind"],
-            "metadata": {"name": f"{prefix}-{manifest['metadata']['name']}"},
-            "webhooks": webhooks,
-        }))
-    return result
 
 
 def node(name: str, allocatable: dict[str, str]) -> JSON:
@@ -131,8 +109,8 @@ class _WebhookServer:
 
     def configurations(self, ca_bundle: str) -> list[tuple[ResourceKind, JSON]]:
         manifests = [d for d in yaml.safe_load_all(self.manifests.read_text()) if d]
-        return webhook_configurations(manifests, prefix=self.name, base_url=self.base_url,
-                                      ca_bundle=ca_bundle)
+        return pointed_at(manifests, prefix=self.name, base_url=self.base_url,
+                          ca_bundle=ca_bundle)
 
     async def wait_healthy(self, deadline: float) -> None:
         assert self.process is not None

@@ -16,7 +16,8 @@ import pytest
 from dispatcher.api.trainer import TRAINJOBS
 from dispatcher.kube.resource import CRDS, Resource
 from dispatcher.localcluster.crds import admin_client
-from dispatcher.localcluster.kueue import CONVERTED_CRDS, MUTATING, VALIDATING
+from dispatcher.localcluster.kueue import CONVERTED_CRDS
+from dispatcher.localcluster.webhooks import MUTATING, VALIDATING
 from tests.factories import trainjob
 from tests.integration.conftest import eventually
 from tests.integration.kueue.conftest import KueueClusters
