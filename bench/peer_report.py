@@ -262,7 +262,7 @@ def write_scenario_reports(results: dict[str, dict[str, Any]], *, workers: int,
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / (f"peer-scenarios-{workers}w"
                       + ("-" + "-".join(results) if partial else "")
-                      + ("-real-chain" if getattr(sizes, "real_chain", False) else ""))
+                      + ("-real-chain" if sizes.real_chain else ""))
     names = {n for systems in results.values() for n in systems}
     settings = {n: SYSTEMS[n].describe() for n in sorted(names)}
     stem.with_suffix(".json").write_text(json.dumps(

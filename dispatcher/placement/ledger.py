@@ -129,6 +129,9 @@ class Ledger:
         for uid in list(self._mirrors.get(worker, {})):
             self.mirror_gone(worker, uid)
 
+    def counts_mirror(self, worker: str, uid: str) -> bool:
+        return uid in self._mirrors.get(worker, {})
+
     def mirrors_of(self, uid: str) -> list[str]:
         """The workers where a live mirror of `uid` was seen."""
         return sorted(worker for worker, mirrors in self._mirrors.items() if uid in mirrors)

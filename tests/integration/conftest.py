@@ -80,14 +80,14 @@ class DispatcherRunner:
 
     def __init__(self, control_plane: LocalControlPlane, namespace: str) -> None:
         self._plane = control_plane
-        self._namespace = self.namespace = namespace
+        self.namespace = namespace
         self.tasks: dict[Dispatcher, asyncio.Task[None]] = {}
 
     async def __call__(self, wait_for_workers: bool = True,
                        manager_kubeconfig: dict[str, Any] | None = None,
                        **overrides: Any) -> Dispatcher:
         config = DispatcherConfig.model_validate(
-            deep_merge(base_config(self._plane, self._namespace), overrides))
+            deep_merge(base_config(self._plane, self.namespace), overrides))
         kubeconfig = manager_kubeconfig or self._plane.clusters["manager"].kubeconfig()
         await _dispatcher_namespace(kubeconfig, config.namespace)
         dispatcher = Dispatcher(config, manager_kubeconfig=kubeconfig,

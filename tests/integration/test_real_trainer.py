@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -118,8 +119,6 @@ async def chain() -> AsyncIterator[Chain]:
 
 @pytest_asyncio.fixture
 async def chain_namespace(chain: Chain) -> str:
-    import uuid
-
     name = f"r-{uuid.uuid4().hex[:10]}"
     for client in chain.clients.values():
         await Resource(client, NAMESPACES).create(

@@ -180,7 +180,8 @@ class JobsController:
             if self.ledger.mirror_gone(worker, uid):
                 self.scheduling.trigger()
             return
-        self.ledger.mirror_seen(worker, uid, job_key(obj), self.mirror_demand(obj, uid))
+        if not self.ledger.counts_mirror(worker, uid):  # a mirror's demand never changes
+            self.ledger.mirror_seen(worker, uid, job_key(obj), self.mirror_demand(obj, uid))
 
     def mirror_demand(self, mirror: JSON, uid: str) -> dict[str, Any]:
         """What a live mirror holds: the demand it was created with, else what its spec

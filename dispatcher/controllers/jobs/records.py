@@ -46,10 +46,9 @@ class PlacementRecords:
         return record_of(obj) if obj is not None else None
 
     def of_job(self, key: str) -> list[PlacementRecord]:
-        """The records of the jobs named `key`, oldest object first (normally one)."""
-        found = [record for uid in sorted(self._by_key.get(key, ()))
-                 if (record := self.of_uid(uid)) is not None]
-        return sorted(found, key=lambda r: int(r.resource_version or 0))
+        """The records of the jobs named `key` (normally one)."""
+        return [record for uid in sorted(self._by_key.get(key, ()))
+                if (record := self.of_uid(uid)) is not None]
 
     def all(self) -> list[PlacementRecord]:
         return [record_of(obj) for obj in self.informer.store.values()]

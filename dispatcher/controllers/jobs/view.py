@@ -28,14 +28,13 @@ class View:
 
 
 def desired_view(record: PlacementRecord | None) -> View:
-    placed = record is not None and record.placed
+    placed = record if record is not None and record.placed else None
     evictions = record.evictions if record is not None else 0
     return View(annotations={
-        c.ANNOTATION_CLUSTER: record.worker if placed and record else None,
-        c.ANNOTATION_DEMAND: (resources.format_vector(record.demand)
-                              if placed and record else None),
+        c.ANNOTATION_CLUSTER: placed.worker if placed else None,
+        c.ANNOTATION_DEMAND: resources.format_vector(placed.demand) if placed else None,
         c.ANNOTATION_EVICTIONS: str(evictions) if evictions else None,
-    }, finalizer=placed)
+    }, finalizer=placed is not None)
 
 
 def differences(job: JSON, record: PlacementRecord | None) -> list[str]:
