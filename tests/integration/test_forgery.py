@@ -308,26 +308,29 @@ async def test_a_placed_job_that_stops_being_claimed_is_withdrawn_and_can_be_del
     start_dispatcher: StartDispatcher, control_plane: LocalControlPlane,
     admin_clients: dict[str, ClusterClient], namespace: str,
 ) -> None:
+    """The namespace editor takes the claim label off a running job: it leaves the
+    dispatcher's hands whole (mirror, finalizer, record), and deleting it does not hang."""
     await start_dispatcher(claim={"namespaces": [namespace], "labelSelector": "team=a"})
-    jobs = Resource(admin_clients["manager"], TRAINJOBS)
-    job = await jobs.create(full_job("labelled", namespace, labels={"team": "a"}),
-                            namespace=namespace)
-    fleet = Fleet(admin_clients, namespace)
-    await eventually(lambda: fleet.mirrors_of("labelled"), timeout=15)
-    await jobs.merge_patch("labelled", {"metadata": {"labels": {"team": None}}},
-                           namespace=namespace)
+    async with namespace_editor(control_plane, admin_clients["manager"], namespace) as user:
+        jobs = Resource(user, TRAINJOBS)
+        job = await jobs.create(full_job("labelled", namespace, labels={"team": "a"}),
+                                namespace=namespace)
+        fleet = Fleet(admin_clients, namespace)
+        await eventually(lambda: fleet.mirrors_of("labelled"), timeout=15)
+        await jobs.merge_patch("labelled", {"metadata": {"labels": {"team": None}}},
+                               namespace=namespace)
 
-    async def withdrawn() -> bool:
-        current = await jobs.get("labelled", namespace=namespace) or {}
-        return (not await fleet.mirrors_of("labelled")
-                and c.FINALIZER not in (current["metadata"].get("finalizers") or [])
-                and await placement_of(admin_clients["manager"], namespace,
-                                       job["metadata"]["uid"]) is None)
-    await eventually(withdrawn, timeout=15)
-    assert await events_of(admin_clients["manager"], namespace, "labelled",
-                           c.REASON_NOT_CLAIMED)
-    await jobs.delete("labelled", namespace=namespace)
-    await eventually(lambda: _gone(jobs, "labelled", namespace), timeout=10)
+        async def withdrawn() -> bool:
+            current = await jobs.get("labelled", namespace=namespace) or {}
+            return (not await fleet.mirrors_of("labelled")
+                    and c.FINALIZER not in (current["metadata"].get("finalizers") or [])
+                    and await placement_of(admin_clients["manager"], namespace,
+                                           job["metadata"]["uid"]) is None)
+        await eventually(withdrawn, timeout=15)
+        assert await events_of(admin_clients["manager"], namespace, "labelled",
+                               c.REASON_NOT_CLAIMED)
+        await jobs.delete("labelled", namespace=namespace)
+        await eventually(lambda: _gone(jobs, "labelled", namespace), timeout=10)
 
 
 async def _gone(jobs: Resource, name: str, namespace: str) -> bool:
