@@ -11,7 +11,6 @@ restarted dispatcher never books the same quota twice, nor less than what runs.
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import logging
 import socket
@@ -202,15 +201,6 @@ class Dispatcher:
         assert self.jobs is not None
         self.jobs.on_workload_news(worker, key)
 
-    def _missing_runtimes(self, worker: str) -> list[str]:
-        """Why pending jobs cannot run on `worker` with its runtimes, and for how many."""
-        assert self._scheduling is not None
-        counts = collections.Counter(job.missing_on[worker]
-                                     for job in self._scheduling.pending.values()
-                                     if worker in job.missing_on)
-        return [f"{why} (needed by {n} pending job{'s' if n > 1 else ''})"
-                for why, n in sorted(counts.items())]
-
     def _on_worker_runtime(self, worker: str, event_type: str, obj: dict[str, Any]) -> None:
         """A runtime came, changed or went on a worker: what its pending jobs need there
         (or whether they can run there at all) may have changed."""
@@ -370,7 +360,7 @@ class Dispatcher:
         self._worker_clusters = WorkerClustersController(
             config=cfg, registry=self.registry, capacity_of=self.capacity_of,
             worker_clusters=worker_clusters, secrets=secrets,
-            missing_runtimes_of=self._missing_runtimes)
+            missing_runtimes_of=self._scheduling.missing_runtimes)
         self._gc = GarbageCollector(
             manager=manager, trainjobs=trainjobs, records=records, registry=self.registry,
             kind=kind,

@@ -11,6 +11,7 @@ Passes coalesce: triggers during a pass cause exactly one more pass.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Callable
 
@@ -64,6 +65,13 @@ class SchedulingLoop:
     def confirm(self, uid: str) -> None:
         """The placement is recorded on the manager: the booking now stands on its own."""
         self.reservations.pop(uid, None)
+
+    def missing_runtimes(self, worker: str) -> list[str]:
+        """Why pending jobs cannot run on `worker` with its runtimes, and for how many."""
+        counts = collections.Counter(job.missing_on[worker] for job in self.pending.values()
+                                     if worker in job.missing_on)
+        return [f"{why} (needed by {n} pending job{'s' if n > 1 else ''})"
+                for why, n in sorted(counts.items())]
 
     def trigger(self) -> None:
         self._wakeup.set()
