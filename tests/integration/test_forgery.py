@@ -198,7 +198,8 @@ async def test_a_namespace_editor_cannot_move_skip_the_queue_or_hide_a_mirror(
         job = await eventually(queued, timeout=15)
         assert c.ANNOTATION_CLUSTER not in (job["metadata"].get("annotations") or {})
         assert c.FINALIZER not in (job["metadata"].get("finalizers") or [])
-        assert await events_of(admin, namespace, "forged", c.REASON_EDIT_UNDONE)
+        await eventually(lambda: events_of(admin, namespace, "forged", c.REASON_EDIT_UNDONE),
+                         timeout=10)
         assert await fleet.mirrors_of("forged") == []
 
         # 3. Stripping the finalizer of a placed job, then deleting it: its mirror goes
@@ -294,7 +295,9 @@ async def test_a_mirror_an_earlier_version_placed_by_annotation_is_adopted_not_d
     record = await eventually(lambda: placement_of(admin_clients["manager"], namespace, uid),
                               timeout=30)
     assert record.worker == "worker-b"
-    assert await events_of(admin_clients["manager"], namespace, "legacy", c.REASON_ADOPTED)
+    # Events are written by the recorder's own task, a moment after the record.
+    await eventually(lambda: events_of(admin_clients["manager"], namespace, "legacy",
+                                       c.REASON_ADOPTED), timeout=10)
     fleet = Fleet(admin_clients, namespace)
     assert await fleet.mirrors_of("legacy") == ["worker-b"]
     still = await Resource(admin_clients["worker-b"], TRAINJOBS).get("legacy",
@@ -327,8 +330,8 @@ async def test_a_placed_job_that_stops_being_claimed_is_withdrawn_and_can_be_del
                     and await placement_of(admin_clients["manager"], namespace,
                                            job["metadata"]["uid"]) is None)
         await eventually(withdrawn, timeout=15)
-        assert await events_of(admin_clients["manager"], namespace, "labelled",
-                               c.REASON_NOT_CLAIMED)
+        await eventually(lambda: events_of(admin_clients["manager"], namespace, "labelled",
+                                           c.REASON_NOT_CLAIMED), timeout=10)
         await jobs.delete("labelled", namespace=namespace)
         await eventually(lambda: _gone(jobs, "labelled", namespace), timeout=10)
 
