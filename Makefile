@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup system-deps controlplane trainer-chain demo up up-kueue test unit lint bench bench-peer bench-quick bench-peer-quick soak
+.PHONY: setup system-deps controlplane kueue trainer-chain demo up up-kueue test unit lint bench bench-peer bench-quick bench-peer-quick soak
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -20,8 +20,15 @@ system-deps:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    prometheus chromium)
 
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (about 6
+# minutes the first time on 2 cores; instant after).
 controlplane:
-	bash controlplane/build.sh
+	bash controlplane/build.sh controlplane
+
+# Kueue, for the tests and commands that run it (about 4 minutes the first time; a test
+# that needs it builds it on first use too).
+kueue:
+	bash controlplane/build.sh kueue
 
 # The real Kubeflow Trainer, JobSet and kwok for the tests that run TrainJobs on them
 # (about 11 minutes the first time on 2 cores; instant after).
@@ -35,11 +42,11 @@ demo: setup controlplane trainer-chain
 up: setup controlplane trainer-chain
 	$(VENV)/bin/dispatcher up
 
-up-kueue: setup controlplane trainer-chain
+up-kueue: setup controlplane trainer-chain kueue
 	$(VENV)/bin/dispatcher up --kueue
 
-test: setup system-deps controlplane trainer-chain
-	$(PY) -m ruff check dispatcher tests bench
+test: setup system-deps controlplane kueue trainer-chain
+	$(PY) -m ruff check dispatcher devkit tests bench
 	$(PY) -m mypy
 	$(PY) -m pytest -q -p no:cacheprovider
 
@@ -47,26 +54,26 @@ unit: setup
 	$(PY) -m pytest -q tests/unit
 
 lint: setup
-	$(PY) -m ruff check dispatcher tests bench
+	$(PY) -m ruff check dispatcher devkit tests bench
 	$(PY) -m mypy
 
-bench: setup controlplane
+bench: setup controlplane kueue
 	$(VENV)/bin/pip install --quiet -e '.[bench]'
-	$(PY) -m bench --jobs 2000 --workers 3
-	$(PY) -m bench --peer multikueue --jobs 1000 --workers 3 --peer-minutes 4 \
+	$(PY) -m bench dispatch --jobs 2000 --workers 3
+	$(PY) -m bench peer --jobs 1000 --workers 3 --peer-minutes 4 \
 	  --systems dispatcher-fair,dispatcher,multikueue-default,multikueue-tuned-remote-qps
 
 # Every system and scenario at 3 and 10 workers, 1,000 jobs: several hours.
-bench-peer: setup controlplane
+bench-peer: setup controlplane kueue
 	$(VENV)/bin/pip install --quiet -e '.[bench]'
-	$(PY) -m bench --peer multikueue --workers 3,10 --jobs 1000 --peer-minutes 10
+	$(PY) -m bench peer --workers 3,10 --jobs 1000 --peer-minutes 10
 
 # The dispatcher beside MultiKueue: 200 jobs, 2 workers, the peer capped at 2 minutes.
-bench-peer-quick: setup controlplane
-	$(PY) -m bench --peer multikueue --quick
+bench-peer-quick: setup controlplane kueue
+	$(PY) -m bench peer --quick
 
 bench-quick: setup controlplane
-	$(PY) -m bench --quick
+	$(PY) -m bench dispatch --quick
 
 soak: setup controlplane
-	$(PY) -m bench.soak --minutes 20 --rate 1
+	$(PY) -m bench soak --minutes 20 --rate 1

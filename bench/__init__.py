@@ -1,1 +1,1 @@
-"""Benchmarks and soak runs (not CI tests): `python -m bench.soak`."""
+"""Benchmarks and soak runs (not CI tests): `python -m bench dispatch|peer|soak`."""

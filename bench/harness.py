@@ -1,6 +1,6 @@
 """The benchmarks' shared plumbing: clusters, the dispatcher process, watches, meters.
 
-Nothing here measures a scenario; it gives scenarios (bench/scenarios.py, the peer
+Nothing here measures a scenario; it gives scenarios (bench/dispatch/scenarios.py, the peer
 benchmark) what they time with and what they run against:
 - `connect` and `prepare` make a client per local cluster and install what a TrainJob
   needs there (runtime, namespaces, a first TrainJob that makes the API server set up
@@ -34,14 +34,14 @@ import aiohttp
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from devkit.factories import trainjob
+from devkit.localcluster import LocalControlPlane
+from devkit.localcluster.access import free_port
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.informer import ADDED, MODIFIED, Informer
 from dispatcher.kube.resource import NAMESPACES, Resource
-from dispatcher.localcluster import LocalControlPlane
-from dispatcher.localcluster.cluster import free_port
-from tests.factories import trainjob
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

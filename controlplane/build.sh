@@ -13,9 +13,10 @@
 #     its pod and node stages, in $cache/kwok/<version>/.
 # Each binary is built only when missing.
 #
-#   build.sh            builds the control plane and Kueue; prints the control-plane
+#   build.sh            builds the control plane (several minutes the first time on 2
+#                       cores); prints the control-plane directory (last line)
+#   build.sh kueue      builds Kueue (about 4 minutes the first time); prints the Kueue
 #                       directory (last line)
-#   build.sh kueue      builds only Kueue; prints the Kueue directory (last line)
 #   build.sh trainer    builds the Trainer, JobSet and kwok (about 11 minutes the first
 #                       time on 2 cores); prints the three directories (last line)
 #   build.sh kueue-remote-qps
@@ -29,7 +30,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-what="${1:-all}"
+what="${1:-controlplane}"
 cache_root="${TRAINJOB_DISPATCHER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/trainjob-dispatcher}"
 
 version="$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$here/go.mod")"
@@ -53,7 +54,7 @@ build_controlplane() {
   ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
   for b in "${binaries[@]}"; do
     [ -x "$out/$b" ] && continue
-    echo "building $b $version ..." >&2
+    echo "building $b $version (the control plane: several minutes the first time on 2 cores) ..." >&2
     (cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/$b.tmp" "./cmd/$b")
     mv "$out/$b.tmp" "$out/$b"
   done
@@ -84,7 +85,7 @@ build_kueue() {
   [ -x "$kueue_out/kueue" ] && return 0
   local start
   start=$(date +%s)
-  echo "building kueue $kueue_version ..." >&2
+  echo "building kueue $kueue_version (first use of Kueue: about 4 minutes on 2 cores) ..." >&2
   (cd "$here/kueue" && CGO_ENABLED=0 go build -trimpath \
     -ldflags "-s -w -X $kueue_module/pkg/version.GitVersion=$kueue_version" \
     -o "$kueue_out/kueue.tmp" "$kueue_module/cmd/kueue")
@@ -168,7 +169,7 @@ build_tool() {  # build_tool <module dir> <package> <output binary>
   [ -x "$3" ] && return 0
   local start
   start=$(date +%s)
-  echo "building $(basename "$3") from $2 ..." >&2
+  echo "building $(basename "$3") from $2 (the Trainer chain: about 11 minutes in all the first time) ..." >&2
   mkdir -p "$(dirname "$3")"
   (cd "$here/$1" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$3.tmp" "$2")
   mv "$3.tmp" "$3"
@@ -216,9 +217,9 @@ build_trainer_chain() {
 }
 
 case "$what" in
-  all) build_controlplane; build_kueue; echo "$out" ;;
+  controlplane) build_controlplane; echo "$out" ;;
   trainer) build_trainer_chain; echo "$trainer_out $jobset_out $kwok_out" ;;
   kueue) build_kueue; echo "$kueue_out" ;;
   kueue-remote-qps) build_kueue_remote_qps; echo "$kueue_out" ;;
-  *) echo "usage: $0 [kueue|kueue-remote-qps|trainer]" >&2; exit 2 ;;
+  *) echo "usage: $0 [controlplane|kueue|kueue-remote-qps|trainer]" >&2; exit 2 ;;
 esac

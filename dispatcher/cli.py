@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import signal
 import sys
 from collections.abc import Awaitable
@@ -138,16 +139,24 @@ async def _until_signalled(work: Awaitable[None]) -> None:
         await work
 
 
-async def _run_up(args: argparse.Namespace) -> None:
-    from dispatcher.localenv import run_up
+def _devkit(module: str) -> Any:
+    """A module of the local development kit, which the service's image does not ship."""
+    try:
+        return importlib.import_module(f"devkit.{module}")
+    except ImportError as error:
+        raise CliError(f"`demo` and `up` need the development kit ({error}): install the "
+                       "project from its source with `pip install -e '.[devkit]'`") from None
 
+
+async def _run_up(args: argparse.Namespace) -> None:
+    run_up = _devkit("localenv").run_up
     await _until_signalled(run_up(directory=args.directory, port=args.port,
                                   run_seconds=args.jobs_seconds,
                                   kueue=getattr(args, "kueue", False)))
 
 
 def _up(args: argparse.Namespace) -> int:
-    from dispatcher import localenv
+    localenv = _devkit("localenv")
 
     args.directory = getattr(args, "directory", None) or localenv.default_directory()
     try:
@@ -199,10 +208,9 @@ def main(argv: list[str] | None = None) -> int:
             setup_logging(json_logs=False, level=30)
             return _up(args)
         if args.command == "demo":
-            from dispatcher.demo import run_demo
-
+            run_demo = _devkit("demo").run_demo
             setup_logging(json_logs=False, level=30)
-            return asyncio.run(run_demo(run_seconds=args.jobs_seconds, port=args.port))
+            return int(asyncio.run(run_demo(run_seconds=args.jobs_seconds, port=args.port)))
     except CliError as error:
         print(f"dispatcher: {error}", file=sys.stderr)
         return 2

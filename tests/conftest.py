@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
+from devkit.localcluster import LocalCluster, LocalControlPlane
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource, ResourceKind
-from dispatcher.localcluster import LocalCluster, LocalControlPlane
 
 CLUSTERS = ("manager", "worker-a", "worker-b")
 _ANSWERS_IN_A_ROW = 5

@@ -17,14 +17,14 @@ import pytest_asyncio
 import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from devkit.factories import condition, trainjob
+from devkit.localcluster import LocalControlPlane
 from dispatcher.admin import ensure_namespace
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINJOBS
 from dispatcher.app import Dispatcher
 from dispatcher.config import DispatcherConfig
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import Resource, ResourceKind
-from dispatcher.localcluster import LocalControlPlane
-from tests.factories import condition, trainjob
 
 SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
 DEFAULT_QUOTA = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "16"}

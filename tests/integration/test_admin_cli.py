@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
+from devkit.factories import trainjob
+from devkit.localcluster import LocalControlPlane
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
-from dispatcher.localcluster import LocalControlPlane
-from tests.factories import trainjob
 from tests.integration.conftest import StartDispatcher, eventually
 
 pytestmark = pytest.mark.integration

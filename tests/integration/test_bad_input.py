@@ -12,6 +12,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from devkit.factories import trainjob
+from devkit.localcluster import LocalControlPlane
+from devkit.localcluster.binaries import ensure_binaries
 from dispatcher.admin import register_worker
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
@@ -19,10 +22,7 @@ from dispatcher.api.workercluster import API_VERSION, WORKER_CLUSTERS
 from dispatcher.app import Dispatcher
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import EVENTS, Resource
-from dispatcher.localcluster import LocalControlPlane
-from dispatcher.localcluster.binaries import ensure_binaries
 from dispatcher.placement.resources import parse_vector
-from tests.factories import trainjob
 from tests.integration.conftest import StartDispatcher, eventually
 
 pytestmark = pytest.mark.integration

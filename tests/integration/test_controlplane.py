@@ -9,12 +9,12 @@ import time
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from devkit.factories import trainjob
+from devkit.localcluster import LocalCluster, LocalControlPlane
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource, message_of
-from dispatcher.localcluster import LocalCluster, LocalControlPlane
 from tests.conftest import until_answering
-from tests.factories import trainjob
 
 pytestmark = pytest.mark.integration
 

@@ -13,15 +13,15 @@ import pytest
 import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from devkit.factories import trainjob
+from devkit.localcluster import LocalControlPlane
+from devkit.localcluster.pki import sign_client_certificate
 from dispatcher.admin import register_worker
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import Resource, ResourceKind
-from dispatcher.localcluster import LocalControlPlane
-from dispatcher.localcluster.pki import sign_client_certificate
-from tests.factories import trainjob
 from tests.integration.conftest import DEFAULT_QUOTA, StartDispatcher, eventually
 
 pytestmark = pytest.mark.integration

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
+from devkit.factories import condition, trainjob
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import EVENTS, Resource
-from tests.factories import condition, trainjob
 from tests.integration.conftest import StartDispatcher, eventually, trainjobs_refused
 
 pytestmark = pytest.mark.integration

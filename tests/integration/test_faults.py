@@ -9,16 +9,16 @@ import pytest
 import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from devkit.factories import condition, trainjob
+from devkit.invariants import check_invariants
+from devkit.localcluster import LocalCluster, LocalControlPlane
 from dispatcher.api import conditions
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
-from dispatcher.localcluster import LocalCluster, LocalControlPlane
 from tests.conftest import until_answering
-from tests.factories import condition, trainjob
 from tests.integration.conftest import DEFAULT_QUOTA, StartDispatcher, eventually
-from tests.invariants import check_invariants
 
 pytestmark = pytest.mark.integration
 QUOTAS = {"worker-a": DEFAULT_QUOTA, "worker-b": DEFAULT_QUOTA}
@@ -345,7 +345,7 @@ async def test_revoked_credentials_are_unauthorized_not_unreachable(
     start_dispatcher: StartDispatcher, control_plane: LocalControlPlane, namespace: str,
     tmp_path: Any,
 ) -> None:
-    from dispatcher.localcluster.pki import ensure_certificates, sign_client_certificate
+    from devkit.localcluster.pki import ensure_certificates, sign_client_certificate
 
     stranger = ensure_certificates(tmp_path / "other-ca")
     cert, key = sign_client_certificate(stranger, user="revoked", groups=["system:masters"])

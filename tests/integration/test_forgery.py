@@ -16,6 +16,10 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from devkit.factories import trainjob
+from devkit.invariants import check_invariants, live_mirror_demand
+from devkit.localcluster import LocalControlPlane
+from devkit.localcluster.pki import sign_client_certificate
 from dispatcher.api import constants as c
 from dispatcher.api.placement import PLACEMENTS, placement_body, record_of
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
@@ -23,12 +27,8 @@ from dispatcher.app import Dispatcher
 from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import Resource, ResourceKind
-from dispatcher.localcluster import LocalControlPlane
-from dispatcher.localcluster.pki import sign_client_certificate
 from dispatcher.placement import resources
-from tests.factories import trainjob
 from tests.integration.conftest import StartDispatcher, eventually
-from tests.invariants import check_invariants, live_mirror_demand
 
 pytestmark = pytest.mark.integration
 WORKERS = ("worker-a", "worker-b")

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
+from devkit.factories import trainjob
+from devkit.invariants import check_invariants
+from devkit.localcluster.simulated_trainer import RUN_SECONDS_ANNOTATION, SimulatedTrainer
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
-from dispatcher.localcluster.simulated_trainer import RUN_SECONDS_ANNOTATION, SimulatedTrainer
 from dispatcher.placement.resources import parse_vector
-from tests.factories import trainjob
 from tests.integration.conftest import StartDispatcher, eventually
-from tests.invariants import check_invariants
 
 pytestmark = pytest.mark.integration
 WORKERS = ("worker-a", "worker-b")

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from devkit.factories import trainjob
 from dispatcher.api.trainer import TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.informer import ADDED, MODIFIED, Informer
 from dispatcher.kube.resource import Resource
-from tests.factories import trainjob
 from tests.integration.conftest import eventually
 
 pytestmark = pytest.mark.integration

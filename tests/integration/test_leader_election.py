@@ -5,12 +5,12 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
+from devkit.factories import trainjob
 from dispatcher.admin import ensure_namespace
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.app import Dispatcher
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import LEASES, Resource
-from tests.factories import trainjob
 from tests.integration.conftest import StartDispatcher, eventually
 
 pytestmark = pytest.mark.integration

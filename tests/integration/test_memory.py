@@ -9,11 +9,11 @@ import contextlib
 
 import pytest
 
+from devkit.factories import trainjob
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
-from tests.factories import trainjob
 from tests.integration.conftest import StartDispatcher, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]  # 2,000 jobs: slow when loaded

@@ -11,12 +11,12 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from devkit.factories import trainjob
+from devkit.localcluster.access import free_port
+from devkit.localcluster.processes import ManagedProcess
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
-from dispatcher.localcluster.cluster import free_port
-from dispatcher.localcluster.processes import ManagedProcess
-from tests.factories import trainjob
 from tests.integration.conftest import StartDispatcher, eventually
 
 pytestmark = pytest.mark.integration

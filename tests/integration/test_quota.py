@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
+from devkit.factories import trainjob
 from dispatcher.api import constants as c
 from dispatcher.api.kueue import WORKLOAD_PRIORITY_CLASSES
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
-from tests.factories import trainjob
 from tests.integration.conftest import (
     StartDispatcher,
     complete_mirror,

@@ -22,21 +22,21 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from devkit.factories import trainjob
+from devkit.localcluster import LocalControlPlane
+from devkit.localcluster.kueue_objects import LOCAL_QUEUES, setup_queues
+from devkit.localcluster.trainer import (
+    JOBSETS,
+    POD_FAILS_LABEL,
+    NodePool,
+    chain_crd_files,
+)
 from dispatcher.admin import register_worker
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource, ResourceKind
-from dispatcher.localcluster import LocalControlPlane
-from dispatcher.localcluster.kueue_objects import LOCAL_QUEUES, setup_queues
-from dispatcher.localcluster.trainer import (
-    JOBSETS,
-    POD_FAILS_LABEL,
-    NodePool,
-    chain_crd_files,
-)
-from tests.factories import trainjob
 from tests.integration.conftest import SAMPLES, DispatcherRunner, eventually
 
 pytestmark = pytest.mark.integration

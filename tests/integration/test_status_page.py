@@ -14,12 +14,12 @@ from typing import Any
 import aiohttp
 import pytest
 
+from devkit.factories import trainjob
+from devkit.localcluster import LocalControlPlane
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
-from dispatcher.localcluster import LocalControlPlane
-from tests.factories import trainjob
 from tests.integration.conftest import StartDispatcher, eventually
 from tests.integration.test_admin_cli import cli
 

@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devkit.localcluster.binaries import ensure_binaries
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
-from dispatcher.localcluster.binaries import ensure_binaries
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

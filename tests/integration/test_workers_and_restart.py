@@ -13,15 +13,16 @@ from typing import Any
 import pytest
 import yaml
 
+from devkit.factories import trainjob
+from devkit.invariants import check_invariants
+from devkit.localcluster import LocalControlPlane
+from devkit.localcluster.cluster import create_namespace
 from dispatcher.admin import register_worker, secret_name
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import SECRETS, Resource
-from dispatcher.localcluster import LocalControlPlane
-from dispatcher.localcluster.cluster import create_namespace
-from tests.factories import trainjob
 from tests.integration.conftest import (
     DEFAULT_QUOTA,
     StartDispatcher,
@@ -29,7 +30,6 @@ from tests.integration.conftest import (
     complete_mirror,
     eventually,
 )
-from tests.invariants import check_invariants
 
 pytestmark = pytest.mark.integration
 

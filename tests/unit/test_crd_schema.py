@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dispatcher.api.crd_schema import render, trainer_crds, trainjob_schema
+from devkit.crd_schema import render, trainer_crds, trainjob_schema
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "config" / "crd"
 
@@ -12,7 +12,7 @@ CRD_DIR = Path(__file__).resolve().parents[2] / "config" / "crd"
 def test_committed_crds_match_the_generator() -> None:
     for name, manifest in trainer_crds().items():
         assert (CRD_DIR / name).read_text() == render(manifest), (
-            f"{name} is stale: run `python -m dispatcher.api.crd_schema config/crd`"
+            f"{name} is stale: run `python -m devkit.crd_schema config/crd`"
         )
 
 

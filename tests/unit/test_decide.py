@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from devkit.factories import condition, trainjob
 from dispatcher.api import constants as c
 from dispatcher.api.placement import PlacementRecord
 from dispatcher.config import DispatcherConfig
@@ -22,7 +23,6 @@ from dispatcher.controllers.jobs.snapshot import JobSnapshot, WorkerState
 from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.placement import resources
 from dispatcher.placement.validation import DemandError
-from tests.factories import condition, trainjob
 
 KIND = TrainJobKind()
 CONFIG = DispatcherConfig.model_validate({

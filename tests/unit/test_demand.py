@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from devkit.factories import trainjob
 from dispatcher.placement.demand import DemandError, trainjob_demand
 from dispatcher.placement.options import DemandMode
 from dispatcher.placement.quantity import parse_quantity as q
-from tests.factories import trainjob
 
 STEP = "trainer.kubeflow.org/trainjob-ancestor-step"
 

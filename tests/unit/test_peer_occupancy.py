@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.peer_occupancy import Occupancy, is_running
+from bench.peer.occupancy import Occupancy, is_running
 from dispatcher.kube.informer import ADDED, DELETED, MODIFIED
 
 

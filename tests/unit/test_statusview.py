@@ -6,6 +6,7 @@ import json
 import time
 from typing import Any
 
+from devkit.factories import condition, trainjob
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
 from dispatcher.observability.statusview import (
@@ -14,7 +15,6 @@ from dispatcher.observability.statusview import (
     worker_row,
     worker_row_from_object,
 )
-from tests.factories import condition, trainjob
 
 
 def job(name: str, *, namespace: str = "team", created: str = "2026-12-01T10:00:00Z",

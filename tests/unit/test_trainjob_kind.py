@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from devkit.factories import trainjob
 from dispatcher.api import constants as c
 from dispatcher.kinds.trainjob import KUEUE_RUNTIME_PATCH_MANAGER, TrainJobKind
-from tests.factories import trainjob
 
 
 def test_mirror_drops_managed_by_and_a_manager_kueue_runtime_patch() -> None:

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from devkit.factories import trainjob
 from dispatcher.api import constants as c
 from dispatcher.placement.demand import DemandError, trainjob_demand
 from dispatcher.placement.ledger import Booking, Ledger, LedgerError
 from dispatcher.placement.quantity import QuantityError, parse_quantity
 from dispatcher.placement.validation import MAX_AMOUNT, checked_vector_text
-from tests.factories import trainjob
 from tests.unit.test_demand import container, replicated, runtime
 
 TORCH = runtime(replicated("node", step="trainer", containers=[container("node", cpu="1")]))

@@ -24,13 +24,13 @@ from typing import Any
 import pytest_asyncio
 import yaml
 
+from devkit.localcluster import LocalControlPlane
+from devkit.localcluster.kueue import KueueSettings, MultiKueueSettings
+from devkit.localcluster.simulated_trainer import SimulatedTrainer
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES
 from dispatcher.app import Dispatcher
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource
-from dispatcher.localcluster import LocalControlPlane
-from dispatcher.localcluster.kueue import KueueSettings, MultiKueueSettings
-from dispatcher.localcluster.simulated_trainer import SimulatedTrainer
 from tests.integration.conftest import SAMPLES, DispatcherRunner
 
 MANAGER = "manager"

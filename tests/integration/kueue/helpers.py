@@ -14,14 +14,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from devkit.factories import trainjob
+from devkit.localcluster.kueue_objects import WORKLOADS, setup_queues
+from devkit.localcluster.simulated_trainer import RUN_SECONDS_ANNOTATION
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.informer import DELETED, Informer
 from dispatcher.kube.resource import Resource
-from dispatcher.localcluster.kueue_objects import WORKLOADS, setup_queues
-from dispatcher.localcluster.simulated_trainer import RUN_SECONDS_ANNOTATION
-from tests.factories import trainjob
 from tests.integration.conftest import DEFAULT_QUOTA
 from tests.integration.kueue.conftest import (
     DISPATCHER_MANAGER,

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from devkit.factories import trainjob
+from devkit.localcluster.access import admin_client
+from devkit.localcluster.kueue import CONVERTED_CRDS
+from devkit.localcluster.webhooks import MUTATING, VALIDATING
 from dispatcher.api.trainer import TRAINJOBS
 from dispatcher.kube.resource import CRDS, Resource
-from dispatcher.localcluster.crds import admin_client
-from dispatcher.localcluster.kueue import CONVERTED_CRDS
-from dispatcher.localcluster.webhooks import MUTATING, VALIDATING
-from tests.factories import trainjob
 from tests.integration.conftest import eventually
 from tests.integration.kueue.conftest import KueueClusters
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 
 _CHILD = textwrap.dedent("""
     import asyncio, json, pathlib, sys, time
-    from dispatcher.localcluster import LocalControlPlane
+    from devkit.localcluster import LocalControlPlane
 
     async def main() -> None:
         plane = LocalControlPlane(directory=pathlib.Path(sys.argv[1]))

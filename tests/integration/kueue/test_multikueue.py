@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from devkit.factories import trainjob
+from devkit.localcluster.kueue_objects import WORKLOADS, setup_multikueue, setup_queues
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.resource import Resource
-from dispatcher.localcluster.kueue_objects import WORKLOADS, setup_multikueue, setup_queues
-from tests.factories import trainjob
 from tests.integration.conftest import eventually
 from tests.integration.kueue.conftest import WORKERS, KueueClusters, conditions, is_true
 

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from dispatcher.api import constants as c
-from dispatcher.app import Dispatcher
-from dispatcher.kube.resource import EVENTS, Resource
-from dispatcher.localcluster.kueue_objects import (
+from devkit.localcluster.kueue_objects import (
     CLUSTER_QUEUES,
     WORKLOAD_PRIORITY_CLASSES,
     workload_priority_class,
 )
+from dispatcher.api import constants as c
+from dispatcher.app import Dispatcher
+from dispatcher.kube.resource import EVENTS, Resource
 from tests.integration.conftest import eventually
 from tests.integration.kueue.conftest import DISPATCHER_MANAGER, KueueClusters
 from tests.integration.kueue.helpers import (

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from dispatcher.api import constants as c
-from dispatcher.app import Dispatcher
-from dispatcher.kube.resource import Resource
-from dispatcher.localcluster.kueue_objects import (
+from devkit.localcluster.kueue_objects import (
     CLUSTER_QUEUES,
     WORKLOAD_PRIORITY_CLASSES,
     cluster_queue,
     workload_priority_class,
 )
+from dispatcher.api import constants as c
+from dispatcher.app import Dispatcher
+from dispatcher.kube.resource import Resource
 from tests.integration.conftest import eventually
 from tests.integration.kueue.conftest import KueueClusters
 from tests.integration.kueue.helpers import (

@@ -1,9 +1,10 @@
 """Dispatch benchmark: the dispatcher against the raw-copy floor, in one run.
 
-    python -m bench --jobs 2000 --workers 3        # or --quick
+    python -m bench dispatch --jobs 2000 --workers 3        # or --quick
 
 This module is the run's order and the result's shape; the scenarios are in
-bench/scenarios.py, the plumbing in bench/harness.py, the reports in bench/report.py.
+bench/dispatch/scenarios.py, the plumbing in bench/harness.py, the reports in
+bench/dispatch/report.py.
 
 1. Starts a local manager and K workers (real etcd + kube-apiserver), installs the
    runtime, and gives every worker enough quota; one TrainJob is created and deleted on
@@ -35,7 +36,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bench import scenarios
+from bench.dispatch import scenarios
+from bench.dispatch.report import cpu_ceiling
 from bench.harness import (
     NAMESPACE,
     JobWatch,
@@ -48,9 +50,8 @@ from bench.harness import (
     running_dispatcher,
     scrape,
 )
-from bench.report import cpu_ceiling
+from devkit.localcluster import LocalControlPlane
 from dispatcher.kube.client import ClusterClient
-from dispatcher.localcluster import LocalControlPlane
 
 SECOND_BURST_CAP = 2000
 """The second burst (and the jobs left waiting at the end) is the run's N, at most this."""

@@ -1,19 +1,18 @@
 """Soak: a steady job rate and random faults for a long time, then the invariants.
 
-    python -m bench.soak --minutes 20 --rate 1
+    python -m bench soak --minutes 20 --rate 1
 
 Starts a local manager and three workers, runs the dispatcher as a separate process (so
 it can be SIGKILLed), a simulated trainer per worker, creates TrainJobs at a steady rate,
 and every 15-40 s injects one fault at random: pause a worker (shorter or longer than
 the lost timeout), kill and restart a worker's or the manager's API server, SIGKILL and
 restart the dispatcher, delete a mirror by hand. At the end it stops submitting, waits
-for every job to finish, checks the invariants of `tests/invariants.py`, and writes a
+for every job to finish, checks the invariants of `devkit/invariants.py`, and writes a
 JSON report to `bench/results/`.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import json
@@ -26,15 +25,15 @@ from typing import Any
 
 import yaml
 
+from devkit.factories import trainjob
+from devkit.invariants import check_invariants
+from devkit.localcluster import LocalControlPlane
+from devkit.localcluster.cluster import DISPATCHER_NAMESPACE
+from devkit.localcluster.simulated_trainer import RUN_SECONDS_ANNOTATION, SimulatedTrainer
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource
-from dispatcher.localcluster import LocalControlPlane
-from dispatcher.localcluster.cluster import DISPATCHER_NAMESPACE
-from dispatcher.localcluster.simulated_trainer import RUN_SECONDS_ANNOTATION, SimulatedTrainer
-from tests.factories import trainjob
-from tests.invariants import check_invariants
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = ("worker-a", "worker-b", "worker-c")
@@ -187,19 +186,3 @@ def _state(job: dict[str, Any]) -> str:
             return str(cond["type"])
     return "Placed" if (job["metadata"].get("annotations") or {}).get(
         c.ANNOTATION_CLUSTER) else "Waiting"
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minutes", type=float, default=20)
-    parser.add_argument("--rate", type=float, default=1.0, help="jobs created per second")
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
-    report = asyncio.run(soak(args.minutes, args.rate, args.seed))
-    print(json.dumps(report, indent=2))
-    sys.exit(1 if report["invariant_violations"] else 0)
-
-
-if __name__ == "__main__":
-    main()

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.dispatch.scenarios import STATUS_RATE
 from bench.harness import DISPATCHER_CLIENT, RESULTS
-from bench.scenarios import STATUS_RATE
 from dispatcher.observability.statuspage import CACHE_SECONDS
 
 LATENCY_LISTS = {

@@ -41,14 +41,14 @@ from typing import IO, Any
 
 import yaml
 
+from devkit.localcluster import LocalCluster, LocalControlPlane
+from devkit.localcluster.trainer import NodePool, chain_crd_files, kwok_timed
 from dispatcher.api import constants as c
 from dispatcher.api import trainer as t
 from dispatcher.app import Dispatcher
 from dispatcher.config import DispatcherConfig
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource, ResourceKind
-from dispatcher.localcluster import LocalCluster, LocalControlPlane
-from dispatcher.localcluster.trainer import NodePool, chain_crd_files, kwok_timed
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "config" / "samples"
@@ -241,7 +241,7 @@ async def wait_for_opt_in(manager: ClusterClient, *, timeout: float = 30.0) -> N
 async def _start_worker_kueue(plane: LocalControlPlane, clients: dict[str, ClusterClient]
                               ) -> None:
     """A real Kueue on every worker, with one ClusterQueue holding the worker's quota."""
-    from dispatcher.localcluster.kueue_objects import setup_queues
+    from devkit.localcluster.kueue_objects import setup_queues
 
     await asyncio.gather(*(plane.clusters[name].start_kueue() for name in QUOTAS))
     for name, quota in QUOTAS.items():

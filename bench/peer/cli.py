@@ -1,11 +1,11 @@
-"""`python -m bench --peer multikueue`: the peer benchmark's command line.
+"""`python -m bench peer`: the peer benchmark's command line (the peer is Kueue's MultiKueue).
 
-    python -m bench --peer multikueue --quick
-    python -m bench --peer multikueue --workers 3,10 --jobs 1000,5000 --peer-minutes 10 \\
+    python -m bench peer --quick
+    python -m bench peer --workers 3,10 --jobs 1000,5000 --peer-minutes 10 \\
         --scenarios burst,frozen,oversubscribed,steady,complete
 
-For every worker count: the burst (bench/peer_multikueue.py) for every job count, every
-system in turn, then the behaviour scenarios (bench/peer_scenarios.py) for the scenario
+For every worker count: the burst (bench/peer/multikueue.py) for every job count, every
+system in turn, then the behaviour scenarios (bench/peer/scenarios.py) for the scenario
 systems. `--quick`: 200 jobs, 2 workers, the peer capped at 2 minutes, the scenarios at
 their quick sizes, and fewer MultiKueue settings (defaults, the best one).
 Writes `bench/results/peer-multikueue-<N>-<K>w.{json,md,png}` per burst and
@@ -15,7 +15,7 @@ only: `peer-scenarios-<K>w-<scenarios>.*`, so a partial run keeps the whole one)
 JobSet, kwok nodes holding each worker's quota) instead of the simulated trainer, into
 `peer-scenarios-<K>w-...-real-chain.*`:
 
-    python -m bench --peer multikueue --workers 2 --scenarios complete --real-chain \
+    python -m bench peer --workers 2 --scenarios complete --real-chain \
         --quota-cpu-per-worker 16 --scenario-systems dispatcher-fair,multikueue-default
 """
 
@@ -26,11 +26,11 @@ import asyncio
 import dataclasses
 import json
 
-from bench.peer_multikueue import peer_benchmark, write_peer_reports
-from bench.peer_scenarios import QUICK_SIZES, SCENARIOS, ScenarioSizes, run_scenarios
-from bench.peer_systems import SYSTEMS
-from dispatcher.localcluster.binaries import ensure_kueue
-from dispatcher.localcluster.kueue import ensure_remote_qps_binary
+from bench.peer.multikueue import peer_benchmark, write_peer_reports
+from bench.peer.scenarios import QUICK_SIZES, SCENARIOS, ScenarioSizes, run_scenarios
+from bench.peer.systems import SYSTEMS
+from devkit.localcluster.binaries import ensure_kueue
+from devkit.localcluster.kueue import ensure_remote_qps_binary
 
 QUICK_JOBS = 200
 QUICK_WORKERS = 2
@@ -46,11 +46,10 @@ ONLY_IN = {"dispatcher-fair-wait": "frozen"}
 """Systems that differ from another only in one scenario run only there."""
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench --peer multikueue",
-                                description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--peer", choices=["multikueue"], required=True)
+SUMMARY = "the dispatcher beside Kueue's MultiKueue"
+
+
+def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--jobs", default="1000,5000", help="job counts of the burst")
     p.add_argument("--workers", default="3,10", help="worker counts")
@@ -64,7 +63,6 @@ def parser() -> argparse.ArgumentParser:
                    help="run `complete` on the real Trainer, JobSet and kwok nodes")
     p.add_argument("--quota-cpu-per-worker", type=int, default=0,
                    help="the scenarios' CPU quota per worker (jobs take 1 each)")
-    return p
 
 
 def _names(text: str, known: list[str] | tuple[str, ...], what: str) -> list[str]:
@@ -75,8 +73,7 @@ def _names(text: str, known: list[str] | tuple[str, ...], what: str) -> list[str
     return names
 
 
-def main(argv: list[str]) -> None:
-    args = parser().parse_args(argv)
+def run(args: argparse.Namespace) -> None:
     jobs = [QUICK_JOBS] if args.quick else [int(n) for n in args.jobs.split(",") if n]
     workers = ([QUICK_WORKERS] if args.quick
                else [int(n) for n in args.workers.split(",") if n])
@@ -103,7 +100,7 @@ def main(argv: list[str]) -> None:
                               for s, r in result["systems"].items()}, indent=2))
         behaviour = [s for s in scenarios if s != "burst"]
         if behaviour:
-            from bench.peer_report import write_scenario_reports
+            from bench.peer.report import write_scenario_reports
 
             results = asyncio.run(run_scenarios(
                 {n: SYSTEMS[n] for n in scenario_systems}, workers=count,

@@ -10,7 +10,7 @@ cluster; or `quota` per worker, the manager's MultiKueue queue getting their sum
 warms each API server up, and yields an `Environment` with admin clients; everything is
 stopped when the block ends. `lost_timeout_seconds` is given to both systems (the
 dispatcher's `workers.lostTimeoutSeconds`, MultiKueue's `workerLostTimeout`). Starting
-the system's controllers is the caller's (bench/peer_systems.py).
+the system's controllers is the caller's (bench/peer/systems.py).
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ from typing import Any
 
 import yaml
 
+from devkit.factories import trainjob
+from devkit.localcluster import LocalControlPlane
+from devkit.localcluster.kueue import KueueSettings, MultiKueueSettings
+from devkit.localcluster.kueue_objects import setup_multikueue, setup_queues
+from devkit.localcluster.trainer import NodePool, chain_crd_files, kwok_timed
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINJOBS
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource
-from dispatcher.localcluster import LocalControlPlane
-from dispatcher.localcluster.kueue import KueueSettings, MultiKueueSettings
-from dispatcher.localcluster.kueue_objects import setup_multikueue, setup_queues
-from dispatcher.localcluster.trainer import NodePool, chain_crd_files, kwok_timed
 from dispatcher.placement.quantity import parse_quantity
-from tests.factories import trainjob
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "bench"
@@ -111,7 +111,7 @@ class Environment:
     """The real Trainer and JobSet on every cluster, kwok nodes holding each worker's
     quota (rather than the simulated trainer)."""
     dispatcher_port: int | None = None
-    """Where the dispatcher serves /metrics, once bench/peer_systems.py runs it."""
+    """Where the dispatcher serves /metrics, once bench/peer/systems.py runs it."""
 
 
 async def _prepare_cluster(client: ClusterClient, runtime: dict[str, Any]) -> None:

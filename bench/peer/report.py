@@ -256,8 +256,8 @@ def write_scenario_reports(results: dict[str, dict[str, Any]], *, workers: int,
                            sizes: Any, partial: bool = False) -> str:
     from dataclasses import asdict
 
-    from bench.peer_plot import plot_scenarios
-    from bench.peer_systems import SYSTEMS
+    from bench.peer.plot import plot_scenarios
+    from bench.peer.systems import SYSTEMS
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / (f"peer-scenarios-{workers}w"

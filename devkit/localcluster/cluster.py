@@ -12,7 +12,8 @@ the API servers; children also die with the Python process. A `LocalCluster` can
 paused (SIGSTOP), resumed, killed and restarted with its data kept in etcd, for fault
 tests.
 
-There are no nodes: nothing runs pods. The tests and the demo play the worker's trainer.
+Nodes and pods come with the real Trainer chain (`LocalCluster.start_trainer`, kwok nodes);
+without it nothing runs pods.
 """
 
 from __future__ import annotations
@@ -22,30 +23,28 @@ import base64
 import logging
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 import yaml
 
-from dispatcher.localcluster.binaries import ensure_binaries, ensure_kueue
-from dispatcher.localcluster.pki import CertificateFiles, ensure_certificates
-from dispatcher.localcluster.processes import ManagedProcess
-
-if TYPE_CHECKING:
-    from dispatcher.localcluster.kueue import KueueManager, KueueSettings
-    from dispatcher.localcluster.trainer import NodePool, TrainerChain
+from devkit.localcluster.access import CRD_DIR, admin_client, free_port
+from devkit.localcluster.binaries import ensure_binaries, ensure_kueue
+from devkit.localcluster.crds import install_crds
+from devkit.localcluster.kueue import KueueManager, KueueSettings
+from devkit.localcluster.pki import CertificateFiles, ensure_certificates
+from devkit.localcluster.processes import ManagedProcess
+from devkit.localcluster.trainer import NodePool, TrainerChain, TrainerChainError
+from dispatcher.admin import ensure_namespace
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CRD_DIR = REPO_ROOT / "config" / "crd"
 _CONTROLLERS = "garbage-collector-controller,namespace-controller,job-controller"
 _PORT_ATTEMPTS = 3
 DISPATCHER_NAMESPACE = "trainjob-dispatcher"
@@ -56,11 +55,6 @@ DISPATCHER_NAMESPACE = "trainjob-dispatcher"
 class ControlPlaneError(RuntimeError):
     """A process of the local control plane failed to start or become ready."""
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _advertise_address() -> str | None:
@@ -91,8 +85,6 @@ def default_crd_files() -> list[Path]:
 
 
 async def create_namespace(cluster: LocalCluster, name: str) -> None:
-    from dispatcher.admin import ensure_namespace
-    from dispatcher.localcluster.crds import admin_client
 
     client = await admin_client(cluster)
     try:
@@ -248,7 +240,6 @@ class LocalCluster:
 
     async def start_kueue(self, settings: KueueSettings | None = None) -> KueueManager:
         """Run a real Kueue manager on this cluster; ready when this returns."""
-        from dispatcher.localcluster.kueue import KueueManager
 
         if self.kueue is not None:
             raise ControlPlaneError(f"{self.name}: Kueue already runs")
@@ -267,7 +258,6 @@ class LocalCluster:
     async def start_trainer(self, nodes: NodePool | None = None) -> TrainerChain:
         """Run the real Trainer and JobSet (and with `nodes`, kube-scheduler and kwok with
         that many fake nodes); ready when this returns."""
-        from dispatcher.localcluster.trainer import TrainerChain, TrainerChainError
 
         if self.trainer is not None:
             raise ControlPlaneError(f"{self.name}: the Trainer already runs")
@@ -378,7 +368,6 @@ class LocalControlPlane:
 
         `controllers` names the clusters that also run kube-controller-manager.
         """
-        from dispatcher.localcluster.crds import install_crds
 
         if not self.etcd.running():
             self.etcd.start()

@@ -3,7 +3,7 @@
 The dispatcher runs as its own process (`dispatcher run`, its defaults with client QPS
 raised, as in bench/harness.py), claiming the `bench` namespace; in the fair mode each
 worker entry names the worker's LocalQueue and ClusterQueue. MultiKueue needs no process
-of its own beyond the Kueue managers that `bench/peer_env.py` starts.
+of its own beyond the Kueue managers that `bench/peer/env.py` starts.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from bench.harness import DISPATCHER_CLIENT, RESULTS, wait_ready
-from bench.peer_env import (
+from bench.peer.env import (
     KUEUE_DEFAULTS,
     KUEUE_QPS,
     KUEUE_SHIPPED,
@@ -31,8 +31,8 @@ from bench.peer_env import (
     Environment,
     System,
 )
-from dispatcher.localcluster.cluster import free_port
-from dispatcher.localcluster.kueue import MultiKueueSettings
+from devkit.localcluster.access import free_port
+from devkit.localcluster.kueue import MultiKueueSettings
 
 READY_TIMEOUT_SECONDS = 60.0
 INCREMENTAL = "kueue.x-k8s.io/multikueue-dispatcher-incremental"

@@ -21,11 +21,12 @@ from tenacity import (
     wait_fixed,
 )
 
-from dispatcher.kube.client import ClientSettings, ClusterClient
+from devkit.localcluster.access import admin_client
+from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import CRDS, Resource, ResourceKind
 
 if TYPE_CHECKING:
-    from dispatcher.localcluster.cluster import LocalCluster
+    from devkit.localcluster.access import ServedCluster
 
 FIELD_MANAGER = "trainjob-dispatcher-localcluster"
 APPLY_ATTEMPTS = 4
@@ -38,14 +39,6 @@ def load_manifests(files: Iterable[Path]) -> list[dict[str, Any]]:
     for path in files:
         manifests.extend(doc for doc in yaml.safe_load_all(path.read_text()) if doc)
     return manifests
-
-
-async def admin_client(cluster: LocalCluster, *, timeout: float = 30.0) -> ClusterClient:
-    return await ClusterClient.from_kubeconfig(
-        name=cluster.name,
-        kubeconfig=cluster.kubeconfig(),
-        settings=ClientSettings(qps=1000, burst=1000, timeout_seconds=timeout),
-    )
 
 
 async def wait_established(crds: Resource, names: list[str], *, timeout: float = 90.0) -> None:
@@ -98,7 +91,7 @@ async def _apply(crds: Resource, manifest: dict[str, Any]) -> None:
             await crds.apply(manifest, field_manager=FIELD_MANAGER)
 
 
-async def install_crds(cluster: LocalCluster, files: Iterable[Path]) -> None:
+async def install_crds(cluster: ServedCluster, files: Iterable[Path]) -> None:
     """Server-side apply each CRD in `files` and wait until all are established."""
     manifests = load_manifests(files)
     if not manifests:

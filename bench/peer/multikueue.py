@@ -1,8 +1,8 @@
 """Peer benchmark: the dispatcher beside Kueue's MultiKueue, same machine, same run.
 
-    python -m bench --peer multikueue [--quick]    # --quick: 200 jobs, 2 workers, 2 min
+    python -m bench peer [--quick]    # --quick: 200 jobs, 2 workers, 2 min
 
-Each system of bench/peer_systems.py runs in turn on fresh clusters (bench/peer_env.py)
+Each system of bench/peer/systems.py runs in turn on fresh clusters (bench/peer/env.py)
 with the same N TrainJobs (queue-name label, `managedBy: kueue.x-k8s.io/multikueue`):
 1. Burst: the N jobs are created on the manager (32 at a time) and timed from our own
    watches on every worker: when each remote copy first exists, and when it first runs
@@ -37,8 +37,8 @@ from bench.harness import (
     proc_peak_rss_mb,
     wait_for,
 )
-from bench.peer_env import NAMESPACE, QUEUE, Environment, System, environment
-from bench.peer_measure import (
+from bench.peer.env import NAMESPACE, QUEUE, Environment, System, environment
+from bench.peer.measure import (
     READ_VERBS,
     WorkloadStages,
     api_writes,
@@ -46,11 +46,11 @@ from bench.peer_measure import (
     dispatcher_api_latency,
     steps,
 )
-from bench.peer_systems import SYSTEMS, controllers
+from bench.peer.systems import SYSTEMS, controllers
+from devkit.factories import trainjob
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.resource import Resource
-from tests.factories import trainjob
 
 CONCURRENCY = 32
 DISPATCHER_MIN_CAP_SECONDS = 300.0
@@ -229,14 +229,14 @@ async def peer_benchmark(*, jobs: int, workers: int, cap_seconds: float, status_
 
 
 def write_peer_reports(result: dict[str, Any]) -> str:
-    from bench.peer_report import markdown
+    from bench.peer.report import markdown
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / f"peer-multikueue-{result['jobs']}-{result['workers']}w"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     text = markdown(result)
     stem.with_suffix(".md").write_text(text)
-    from bench.peer_plot import plot_burst
+    from bench.peer.plot import plot_burst
 
     plot_burst(result, stem.with_suffix(".png"))
     return text

@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
+from devkit.localcluster.kueue import KUEUE_NAMESPACE
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import SECRETS, Resource, ResourceKind
-from dispatcher.localcluster.kueue import KUEUE_NAMESPACE
 
 JSON = dict[str, Any]
 GROUP = "kueue.x-k8s.io"

@@ -1,6 +1,6 @@
 """Real Kueue on a local cluster: its namespace, certificates, webhooks and process.
 
-`KueueManager(cluster, settings=...)` prepares one Kueue manager for one `LocalCluster`:
+`KueueManager(cluster, settings=...)` prepares one Kueue manager for one `ServedCluster`:
 a configuration file, a webhook serving certificate for 127.0.0.1 signed by the
 cluster's own CA, and a `ManagedProcess` running the binary that `controlplane/build.sh`
 built. `await start()` creates the `kueue-system` namespace, starts the process, waits
@@ -35,16 +35,16 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from devkit.localcluster.access import admin_client, free_port
+from devkit.localcluster.binaries import BinariesNotFound, KueueFiles, ensure_kueue
+from devkit.localcluster.pki import sign_server_certificate
+from devkit.localcluster.processes import ManagedProcess, wait_healthy
+from devkit.localcluster.webhooks import pointed_at
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import CRDS, NAMESPACES, Resource, ResourceKind, status_of
-from dispatcher.localcluster.binaries import BinariesNotFound, KueueFiles, ensure_kueue
-from dispatcher.localcluster.crds import admin_client
-from dispatcher.localcluster.pki import sign_server_certificate
-from dispatcher.localcluster.processes import ManagedProcess, wait_healthy
-from dispatcher.localcluster.webhooks import pointed_at
 
 if TYPE_CHECKING:
-    from dispatcher.localcluster.cluster import LocalCluster
+    from devkit.localcluster.access import ServedCluster
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -165,7 +165,7 @@ def ensure_remote_qps_binary(files: KueueFiles) -> Path:
     return binary
 
 
-def ensure_metrics_certificates(cluster: LocalCluster, directory: Path = METRICS_CERT_DIR
+def ensure_metrics_certificates(cluster: ServedCluster, directory: Path = METRICS_CERT_DIR
                                 ) -> None:
     """Write a metrics serving pair where Kueue insists on finding one, once."""
     if (directory / "tls.crt").exists() and (directory / "tls.key").exists():
@@ -183,10 +183,8 @@ def ensure_metrics_certificates(cluster: LocalCluster, directory: Path = METRICS
 class KueueManager:
     """One Kueue manager process serving one local cluster."""
 
-    def __init__(self, cluster: LocalCluster, *, settings: KueueSettings | None = None,
+    def __init__(self, cluster: ServedCluster, *, settings: KueueSettings | None = None,
                  files: KueueFiles | None = None) -> None:
-        from dispatcher.localcluster.cluster import free_port
-
         self.cluster = cluster
         self.settings = settings or KueueSettings()
         self.files = files or ensure_kueue()

@@ -1,9 +1,9 @@
 """Behaviour side by side: a frozen worker, oversubscribed quota, a steady job rate.
 
-Each scenario runs one system (bench/peer_systems.py) on fresh clusters
-(bench/peer_env.py) with the same simulated trainer on every worker (it reports the
+Each scenario runs one system (bench/peer/systems.py) on fresh clusters
+(bench/peer/env.py) with the same simulated trainer on every worker (it reports the
 jobs running a second after they are unsuspended, and they run for an hour), the same
-TrainJobs, and the harness's own watches of the workers (bench/peer_occupancy.py):
+TrainJobs, and the harness's own watches of the workers (bench/peer/occupancy.py):
 
 - `frozen`: jobs running on every worker; the kube-apiserver of the worker with the most
   is frozen (SIGSTOP) past the lost timeout, which both systems get alike. Measured: the
@@ -36,15 +36,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.harness import JobWatch, bounded, percentiles, wait_for
-from bench.peer_env import NAMESPACE, QUEUE, Environment, System, environment
-from bench.peer_measure import WorkloadStages, steps
-from bench.peer_occupancy import Occupancy
-from bench.peer_systems import controllers
+from bench.peer.env import NAMESPACE, QUEUE, Environment, System, environment
+from bench.peer.measure import WorkloadStages, steps
+from bench.peer.occupancy import Occupancy
+from bench.peer.systems import controllers
+from devkit.factories import trainjob
+from devkit.localcluster.simulated_trainer import RUN_SECONDS_ANNOTATION, SimulatedTrainer
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import CONDITION_COMPLETE, MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.resource import Resource
-from dispatcher.localcluster.simulated_trainer import RUN_SECONDS_ANNOTATION, SimulatedTrainer
-from tests.factories import trainjob
 
 SCENARIOS = ("frozen", "oversubscribed", "steady", "complete")
 JOB_CPU, JOB_MEMORY_GI = 1, 2

@@ -23,11 +23,11 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from devkit.localcluster import LocalCluster
 from dispatcher.api.kueue import WORKLOADS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.informer import ADDED, MODIFIED, Informer
 from dispatcher.kube.resource import Resource
-from dispatcher.localcluster import LocalCluster
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
 READ_VERBS = frozenset({"GET"})

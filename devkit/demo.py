@@ -21,6 +21,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from devkit.localcluster import LocalControlPlane
+from devkit.localcluster.trainer import chain_crd_files, kwok_timed, pods_by_node
+from devkit.localenv import CLUSTERS, QUOTAS, start_chain
 from dispatcher.admin import ensure_namespace, register_worker
 from dispatcher.api.jobstate import job_state
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
@@ -28,9 +31,6 @@ from dispatcher.app import Dispatcher
 from dispatcher.config import DispatcherConfig
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import Resource
-from dispatcher.localcluster import LocalControlPlane
-from dispatcher.localcluster.trainer import chain_crd_files, kwok_timed, pods_by_node
-from dispatcher.localenv import CLUSTERS, QUOTAS, start_chain
 
 SAMPLES = Path(__file__).resolve().parents[1] / "config" / "samples"
 NAMESPACE = "demo"

@@ -13,7 +13,7 @@
   and size of the status page (`/api/status`, `/`) with every job tracked.
 
 Scenarios get the clients, watches and the running dispatcher from the orchestration
-(bench/dispatch.py) and return plain numbers; bench/harness.py has the plumbing.
+(bench/dispatch/run.py) and return plain numbers; bench/harness.py has the plumbing.
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ from bench.harness import (
     plane_pids,
     wait_for,
 )
+from devkit.factories import trainjob
+from devkit.localcluster import LocalControlPlane
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import TRAINJOBS
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
-from dispatcher.localcluster import LocalControlPlane
 from dispatcher.observability.statuspage import CACHE_SECONDS, DEFAULT_LIMIT
-from tests.factories import trainjob
 
 STATUS_RATE = 50.0
 """Status changes a second in the status-sync scenarios."""

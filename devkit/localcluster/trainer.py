@@ -1,6 +1,6 @@
 """The real Kubeflow Trainer chain on a local cluster: TrainJob -> JobSet -> Jobs -> Pods.
 
-`TrainerChain(cluster, nodes=...)` runs, for one `LocalCluster`, the Trainer controller
+`TrainerChain(cluster, nodes=...)` runs, for one `ServedCluster`, the Trainer controller
 manager and the JobSet controller (webhook serving certificates for 127.0.0.1 signed by
 the cluster's own CA, as for Kueue), and with `nodes`, kube-scheduler and kwok with that
 many fake Nodes of the given allocatable: the worker's scheduler really places the pods,
@@ -28,16 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from devkit.localcluster.access import CRD_DIR, admin_client, free_port
+from devkit.localcluster.binaries import TrainerChainFiles, ensure_trainer_chain
+from devkit.localcluster.pki import sign_server_certificate
+from devkit.localcluster.processes import ManagedProcess, wait_healthy
+from devkit.localcluster.webhooks import pointed_at
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource, ResourceKind, status_of
-from dispatcher.localcluster.binaries import TrainerChainFiles, ensure_trainer_chain
-from dispatcher.localcluster.crds import admin_client
-from dispatcher.localcluster.pki import sign_server_certificate
-from dispatcher.localcluster.processes import ManagedProcess, wait_healthy
-from dispatcher.localcluster.webhooks import pointed_at
 
 if TYPE_CHECKING:
-    from dispatcher.localcluster.cluster import LocalCluster
+    from devkit.localcluster.access import ServedCluster
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -90,9 +90,7 @@ def node(name: str, allocatable: dict[str, str]) -> JSON:
 class _WebhookServer:
     """One controller with a webhook server: its process, ports and certificates."""
 
-    def __init__(self, cluster: LocalCluster, *, name: str, manifests: Path) -> None:
-        from dispatcher.localcluster.cluster import free_port
-
+    def __init__(self, cluster: ServedCluster, *, name: str, manifests: Path) -> None:
         self.name = name
         self.manifests = manifests
         self.directory = cluster.directory / name
@@ -122,10 +120,8 @@ class _WebhookServer:
 class TrainerChain:
     """The Trainer and JobSet controllers (and, for a worker, its scheduler and kwok)."""
 
-    def __init__(self, cluster: LocalCluster, *, nodes: NodePool | None = None,
+    def __init__(self, cluster: ServedCluster, *, nodes: NodePool | None = None,
                  files: TrainerChainFiles | None = None) -> None:
-        from dispatcher.localcluster.cluster import free_port
-
         self.cluster = cluster
         self.nodes = nodes
         self.files = files or ensure_trainer_chain()
@@ -277,8 +273,7 @@ class TrainerChain:
 def chain_crd_files(*, kueue: bool = False) -> list[Path]:
     """The CRDs of a local cluster that runs the real chain: the dispatcher's own, the
     Trainer's and JobSet's as their modules ship them (and Kueue's, with `kueue`)."""
-    from dispatcher.localcluster.binaries import ensure_kueue
-    from dispatcher.localcluster.cluster import CRD_DIR
+    from devkit.localcluster.binaries import ensure_kueue
 
     files = ensure_trainer_chain()
     crds = (sorted(CRD_DIR.glob("dispatcher.trainjob.io_*.yaml")) + files.trainer_crds()
