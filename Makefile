@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup system-deps controlplane kueue trainer-chain demo up up-kueue test unit lint bench bench-peer bench-quick bench-peer-quick soak
+.PHONY: docs setup system-deps controlplane kueue trainer-chain demo up up-kueue test unit lint bench bench-peer bench-quick bench-peer-quick soak
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -52,6 +52,10 @@ test: setup system-deps controlplane kueue trainer-chain
 
 unit: setup
 	$(PY) -m pytest -q tests/unit
+
+# The generated pages of docs/reference/ (a unit test fails when one is stale).
+docs: setup
+	$(PY) -m devkit.reference_docs docs/reference
 
 lint: setup
 	$(PY) -m ruff check dispatcher devkit tests bench

@@ -20,6 +20,7 @@ def trainjob(
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
     suspend: bool | None = None,
+    runtime_patches: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "runtimeRef": {"name": runtime, "apiGroup": GROUP, "kind": runtime_kind},
@@ -35,6 +36,8 @@ def trainjob(
         spec["managedBy"] = managed_by
     if suspend is not None:
         spec["suspend"] = suspend
+    if runtime_patches:
+        spec["runtimePatches"] = runtime_patches
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     if labels:
         metadata["labels"] = labels

@@ -349,7 +349,7 @@ class Dispatcher:
         self._scheduling = SchedulingLoop(
             ledger=self.ledger, workers=self._worker_views, policy=cfg.placement.policy,
             strategy=cfg.placement.queueing_strategy,
-            on_decision=self._on_decision,
+            on_decision=self._on_decision, on_pass=self.metrics.scheduling_passes.inc,
         )
         self.jobs = JobsController(
             config=cfg, manager=manager, registry=self.registry, kind=kind, ledger=self.ledger,

@@ -2,8 +2,9 @@
 
 Loaded from a YAML file (`dispatcher run --config FILE`) and overridable by environment
 variables with the `DISPATCHER_` prefix and `__` between levels
-(`DISPATCHER_CLIENT__QPS=500`). `tests/unit/test_config.py` pins the defaults and the
-README's configuration reference is checked against these models.
+(`DISPATCHER_CLIENT__QPS=500`). `tests/unit/test_config.py` pins the defaults, and the
+configuration reference (`docs/reference/configuration.md`) is generated from these
+models.
 """
 
 from __future__ import annotations
@@ -238,7 +239,8 @@ class DispatcherConfig(BaseSettings):
 
 
 def reference_markdown() -> str:
-    """The configuration reference table of the README, made from the models."""
+    """The configuration reference table (of `docs/reference/configuration.md`), made from
+    the models."""
     rows = ["| key | default | meaning |", "| --- | --- | --- |"]
 
     def walk(model: type[BaseModel], prefix: str) -> None:

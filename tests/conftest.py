@@ -1,13 +1,19 @@
 """Shared fixtures: one real local control plane (a manager and two workers) per session.
 
-Every test gets namespaces of its own, so tests share the clusters without seeing each
-other's objects. The control plane is started once, on first use, and stopped at the end
-of the session; its processes also die with the test process.
+Every cluster runs the real Kubeflow Trainer and JobSet controllers with their webhooks
+and serves their CRDs as their modules ship them (and Kueue's); each worker also runs
+kube-scheduler and kwok with nodes that hold its default quota, so a mirror really
+becomes a JobSet, Jobs and pods on kwok nodes, and what a manager job shows is what the
+worker's Trainer wrote. Every test gets namespaces of its own, so tests share the
+clusters without seeing each other's objects; a test's namespaces are deleted after it,
+which frees the nodes of its pods. The control plane is started once, on first use, and
+stopped at the end of the session; its processes also die with the test process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 
@@ -15,10 +21,15 @@ import pytest
 import pytest_asyncio
 
 from devkit.localcluster import LocalCluster, LocalControlPlane
+from devkit.localcluster.trainer import NodePool, chain_crd_files
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource, ResourceKind
 
 CLUSTERS = ("manager", "worker-a", "worker-b")
+WORKERS = CLUSTERS[1:]
+WORKER_NODES = NodePool(count=4, allocatable={
+    "cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4", "pods": "110"})
+"""Each worker's kwok nodes: together they hold the tests' default quota."""
 _ANSWERS_IN_A_ROW = 5
 
 
@@ -26,9 +37,13 @@ _ANSWERS_IN_A_ROW = 5
 async def control_plane() -> AsyncIterator[LocalControlPlane]:
     plane = LocalControlPlane()
     try:
-        await plane.start(CLUSTERS, controllers=["manager"])
+        await plane.start(CLUSTERS, controllers=CLUSTERS, crd_files=chain_crd_files(kueue=True))
+        for name in CLUSTERS:
+            await plane.clusters[name].start_trainer(WORKER_NODES if name in WORKERS else None)
         yield plane
     finally:
+        for cluster in plane.clusters.values():
+            await cluster.stop_trainer()
         plane.stop()
 
 
@@ -94,3 +109,6 @@ async def namespace(admin_clients: dict[str, ClusterClient]) -> AsyncIterator[st
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
         )
     yield name
+    for client in admin_clients.values():
+        with contextlib.suppress(Exception):  # a test may have stopped a cluster
+            await Resource(client, NAMESPACES).delete(name)

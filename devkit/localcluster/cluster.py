@@ -240,7 +240,6 @@ class LocalCluster:
 
     async def start_kueue(self, settings: KueueSettings | None = None) -> KueueManager:
         """Run a real Kueue manager on this cluster; ready when this returns."""
-
         if self.kueue is not None:
             raise ControlPlaneError(f"{self.name}: Kueue already runs")
         if self.controller_manager is None:
@@ -258,7 +257,6 @@ class LocalCluster:
     async def start_trainer(self, nodes: NodePool | None = None) -> TrainerChain:
         """Run the real Trainer and JobSet (and with `nodes`, kube-scheduler and kwok with
         that many fake nodes); ready when this returns."""
-
         if self.trainer is not None:
             raise ControlPlaneError(f"{self.name}: the Trainer already runs")
         if self.controller_manager is None:
@@ -368,7 +366,6 @@ class LocalControlPlane:
 
         `controllers` names the clusters that also run kube-controller-manager.
         """
-
         if not self.etcd.running():
             self.etcd.start()
             await self._wait_etcd()

@@ -44,6 +44,10 @@ JSON = dict[str, Any]
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 POD_FAILS_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+KWOK_PATCH_MANAGER = "devkit.trainjob-dispatcher.io/kwok"
+RUNS_UNTIL_ENDED = "720h"
+"""How long a pod runs under kwok when nothing says otherwise: until a test ends it."""
 NODES = ResourceKind("", "v1", "nodes", namespaced=False)
 PODS = ResourceKind("", "v1", "pods", namespaced=True)
 JOBSETS = ResourceKind("jobset.x-k8s.io", "v1alpha2", "jobsets", namespaced=True)
@@ -281,20 +285,75 @@ def chain_crd_files(*, kueue: bool = False) -> list[Path]:
     return crds + ensure_kueue().kueue_crds() if kueue else crds
 
 
-def kwok_timed(runtime: JSON, *, run_seconds: float) -> JSON:
-    """`runtime` with its pods created and running at once under kwok, and finished
-    `run_seconds` after they start (kwok reads the delays from pod annotations)."""
+def kwok_delays(*, run_seconds: float | None) -> dict[str, str]:
+    """Pod annotations kwok reads its stage delays from: created and running at once,
+    finished `run_seconds` after (with None: not before `end_pods` says so). kwok waits
+    between `delay` and `jitter-delay`, so both are set."""
+    run = RUNS_UNTIL_ENDED if run_seconds is None else f"{run_seconds:g}s"
+    delays = {"pod-create": "0s", "pod-ready": "0s", "pod-complete": run}
+    return {f"{stage}.stage.kwok.x-k8s.io/{knob}": delay
+            for stage, delay in delays.items() for knob in ("delay", "jitter-delay")}
+
+
+def _failing() -> tuple[dict[str, str], dict[str, str]]:
+    """Labels and annotations that make a running pod's container fail a moment later."""
+    return ({POD_FAILS_LABEL: "true"},
+            {"pod-complete.stage.kwok.x-k8s.io/weight": "0",
+             f"{POD_FAILS_LABEL}/delay": "1s", f"{POD_FAILS_LABEL}/jitter-delay": "1s"})
+
+
+def kwok_timed(runtime: JSON, *, run_seconds: float | None) -> JSON:
+    """`runtime` with its pods timed by `kwok_delays`."""
     import copy
 
     body = copy.deepcopy(runtime)
-    delays = {"pod-create": "0s", "pod-ready": "0s", "pod-complete": f"{run_seconds:g}s"}
     for replicated in body["spec"]["template"]["spec"]["replicatedJobs"]:
         pod = replicated["template"]["spec"]["template"]
-        annotations = pod.setdefault("metadata", {}).setdefault("annotations", {})
-        for stage, delay in delays.items():
-            for knob in ("delay", "jitter-delay"):
-                annotations[f"{stage}.stage.kwok.x-k8s.io/{knob}"] = delay
+        pod.setdefault("metadata", {}).setdefault("annotations", {}).update(
+            kwok_delays(run_seconds=run_seconds))
     return body
+
+
+def kwok_patch(*, run_seconds: float | None = None, fails: bool = False,
+               replicated_jobs: tuple[str, ...] = ("node",)) -> JSON:
+    """An entry of a TrainJob's `spec.runtimePatches` that times its own pods under kwok
+    (see `kwok_delays`), whatever its runtime says; with `fails`, each pod's container
+    fails a second after it runs. The patch reaches the pods through the Trainer itself,
+    so a mirror carries it to whichever worker runs the job."""
+    metadata: JSON = {"annotations": kwok_delays(run_seconds=run_seconds)}
+    if fails:
+        labels, annotations = _failing()
+        metadata = {"labels": labels, "annotations": {**metadata["annotations"],
+                                                      **annotations}}
+    return {"manager": KWOK_PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": name, "template": {"spec": {"template": {
+            "metadata": metadata}}}} for name in replicated_jobs]}}}}
+
+
+async def end_pods(client: ClusterClient, namespace: str, job: str, *,
+                   fail: bool = False) -> int:
+    """End the pods of TrainJob `job` now, as their containers exiting would, once every
+    one of them runs: kwok moves each to Succeeded (or, with `fail`, its container to a
+    failure); the Job, JobSet and Trainer controllers then write what follows. Returns
+    how many it ended (none while some are not running yet)."""
+    pods = Resource(client, PODS)
+    listed = await pods.list(namespace=namespace,
+                             label_selector=f"{JOBSET_NAME_LABEL}={job}")
+    running = [p for p in listed["items"] if p["status"].get("phase") == "Running"]
+    if len(running) < len(listed["items"]):
+        return 0
+    if fail:
+        labels, annotations = _failing()
+        annotations = {**annotations, f"{POD_FAILS_LABEL}/delay": "0s",
+                       f"{POD_FAILS_LABEL}/jitter-delay": "0s"}
+        patch: JSON = {"metadata": {"labels": labels, "annotations": annotations}}
+    else:
+        patch = {"metadata": {"annotations": {
+            "pod-complete.stage.kwok.x-k8s.io/delay": "0s",
+            "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "0s"}}}
+    for pod in running:
+        await pods.merge_patch(pod["metadata"]["name"], patch, namespace=namespace)
+    return len(running)
 
 
 async def pods_by_node(client: ClusterClient, namespace: str) -> list[tuple[str, str, str]]:

@@ -48,7 +48,7 @@ def job_state(job: dict[str, Any], *, managed_by: str) -> JobState:
         return JobState(worker, finished["type"],
                         finished.get("message") or finished.get("reason", ""))
     if worker:
-        if any(js.get("active") for js in status.get("jobsStatus") or []):
+        if any(js.get("ready") for js in status.get("jobsStatus") or []):
             return JobState(worker, STATE_RUNNING, f"running on {worker}")
         return JobState(worker, STATE_PLACED, f"mirror on {worker}")
     if dispatched:

@@ -32,6 +32,7 @@ class SchedulingLoop:
         policy: PlacementPolicy,
         strategy: QueueingStrategy,
         on_decision: Callable[[Decision], None],
+        on_pass: Callable[[], None] = lambda: None,
     ) -> None:
         self.ledger = ledger
         self.pending: dict[str, PendingJob] = {}
@@ -41,6 +42,7 @@ class SchedulingLoop:
         self._policy = policy
         self._strategy = strategy
         self._on_decision = on_decision
+        self._on_pass = on_pass
         self._wakeup = asyncio.Event()
         self.ready = asyncio.Event()
         """Set once the ledger is rebuilt; no pass runs before."""
@@ -106,6 +108,7 @@ class SchedulingLoop:
                 if decision.reason == c.REASON_UNSCHEDULABLE:
                     log.info("job %s is unschedulable: %s", job.key, decision.message,
                              extra={"job": job.key})
+        self._on_pass()
 
     async def run(self) -> None:
         await self.ready.wait()

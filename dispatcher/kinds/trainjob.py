@@ -4,9 +4,9 @@ The runtime is the ClusterTrainingRuntime or TrainingRuntime of `spec.runtimeRef
 demand is `placement.demand` of the two. A mirror has the job's namespace, name and spec
 without `managedBy` (so the worker's own trainer runs it) and without the runtime patch a
 manager-side Kueue adds (the worker's Kueue adds its own), the origin label and the
-manager's UID. It runs while a replicated job has active or ready pods, ends with a
-True `Complete` or `Failed` condition, and was evicted by the worker when it is
-suspended after it started (the dispatcher never suspends a mirror; it deletes it).
+manager's UID. It runs while a replicated job has a ready pod (a Pending pod is active,
+not running), ends with a True `Complete` or `Failed` condition, and was evicted by the
+worker when it is suspended after it started (the dispatcher never suspends a mirror; it deletes it).
 """
 
 from __future__ import annotations
@@ -116,8 +116,10 @@ class TrainJobKind:
         return finished.get("type") == CONDITION_FAILED
 
     def running(self, remote: JSON | None) -> bool:
+        """Some pod of the job is ready. A Job counts its Pending pods as active too, so
+        `active` alone would call a job running whose pods no node can hold."""
         status = (remote or {}).get("status") or {}
-        return any(js.get("active") or js.get("ready") for js in status.get("jobsStatus") or [])
+        return any(js.get("ready") for js in status.get("jobsStatus") or [])
 
     def suspended(self, remote: JSON) -> bool:
         return bool((remote.get("spec") or {}).get("suspend"))

@@ -17,8 +17,9 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.jobs = Gauge("dispatcher_jobs", "Claimed TrainJobs by state (pending, placed, "
-                          "running, finished) and worker ('' while pending).",
+        self.jobs = Gauge("dispatcher_jobs", "Claimed, unfinished TrainJobs by state (pending; "
+                          "placed, of which running: a pod ready) and worker ('' while "
+                          "pending).",
                           ["state", "worker"], registry=r)
         self.jobs_by_reason = Gauge(
             "dispatcher_jobs_by_reason",
@@ -35,6 +36,10 @@ class Metrics:
         self.dispatch_errors = Counter("dispatcher_dispatch_errors_total",
                                        "Mirror creations refused or failed.",
                                        ["worker", "reason"], registry=r)
+        self.scheduling_passes = Counter(
+            "dispatcher_scheduling_passes_total",
+            "Scheduling passes over the pending jobs (none runs while no job is pending).",
+            registry=r)
         self.reconciles = Counter("dispatcher_reconciles_total",
                                   "Reconciles of a TrainJob by result (done, requeue, error).",
                                   ["result"], registry=r)

@@ -17,8 +17,9 @@ import pytest_asyncio
 import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from devkit.factories import condition, trainjob
+from devkit.factories import trainjob
 from devkit.localcluster import LocalControlPlane
+from devkit.localcluster.trainer import end_pods, kwok_timed
 from dispatcher.admin import ensure_namespace
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINJOBS
 from dispatcher.app import Dispatcher
@@ -42,8 +43,13 @@ def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 @pytest_asyncio.fixture(scope="session")
 async def runtime_installed(admin_clients: dict[str, ClusterClient]) -> dict[str, Any]:
-    runtime: dict[str, Any] = yaml.safe_load(
-        (SAMPLES / "clustertrainingruntime-torch.yaml").read_text())
+    """The sample torch runtime on every cluster, its pods running under kwok until a test
+    ends them (`end_pods`) or a job's own `kwok_patch` times them; a failed pod fails its
+    Job at once (no pod retries), so a failure reaches the TrainJob without delay."""
+    runtime = kwok_timed(yaml.safe_load(
+        (SAMPLES / "clustertrainingruntime-torch.yaml").read_text()), run_seconds=None)
+    for replicated in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        replicated["template"]["spec"]["backoffLimit"] = 0
     for client in admin_clients.values():
         await Resource(client, CLUSTER_TRAINING_RUNTIMES).apply(runtime, field_manager="tests")
     return runtime
@@ -174,12 +180,37 @@ async def eventually(check: Callable[[], Awaitable[Any]], *, timeout: float = 10
         await asyncio.sleep(interval)
 
 
+def counted(dispatcher: Dispatcher, metric: str) -> float:
+    """The sum of a counter of `dispatcher`'s own metrics over all its labels."""
+    return sum(sample.value for family in dispatcher.metrics.registry.collect()
+               for sample in family.samples if sample.name == metric)
+
+
+async def a_pass_after(dispatcher: Dispatcher) -> None:
+    """Ask for a scheduling pass and wait until one that began after this call ended: what
+    the queue shows then is what the dispatcher made of everything done before (a pass
+    runs only while some job is pending)."""
+    before = counted(dispatcher, "dispatcher_scheduling_passes_total")
+    assert dispatcher.jobs is not None
+    dispatcher.jobs.scheduling.trigger()
+
+    async def passed() -> bool:
+        return counted(dispatcher, "dispatcher_scheduling_passes_total") > before
+    await eventually(passed)
+
+
+async def reconciled(dispatcher: Dispatcher, times: int) -> None:
+    """Wait until `dispatcher` has reconciled its jobs `times` times in all."""
+    async def enough() -> bool:
+        return counted(dispatcher, "dispatcher_reconciles_total") >= times
+    await eventually(enough, timeout=20)
+
+
 async def complete_mirror(admin_clients: dict[str, ClusterClient], worker: str, name: str,
                           namespace: str) -> None:
-    """Play the worker's trainer: mark the mirror Complete."""
-    await Resource(admin_clients[worker], TRAINJOBS).merge_patch(name, {"status": {
-        "conditions": [condition("Complete", "AllJobsCompleted", "done")]}},
-        namespace=namespace, subresource="status")
+    """End the mirror's pods on `worker` once they run (kwok plays their kubelet); the
+    worker's Job, JobSet and Trainer controllers then mark it Complete."""
+    await eventually(lambda: end_pods(admin_clients[worker], namespace, name), timeout=30)
 
 
 _VAP = ResourceKind("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",

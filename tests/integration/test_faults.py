@@ -9,12 +9,14 @@ import pytest
 import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from devkit.factories import condition, trainjob
+from devkit.factories import trainjob
 from devkit.invariants import check_invariants
 from devkit.localcluster import LocalCluster, LocalControlPlane
+from devkit.localcluster.trainer import end_pods
 from dispatcher.api import conditions
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
+from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
 from tests.conftest import until_answering
@@ -73,17 +75,22 @@ async def test_short_outage_evicts_nothing(
     start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
     worker_b: LocalCluster,
 ) -> None:
-    await start_dispatcher(workers={"lostTimeoutSeconds": 30})
+    dispatcher = await start_dispatcher(workers={"lostTimeoutSeconds": 30})
     names = [f"steady-{i}" for i in range(6)]
     await create(admin_clients, namespace, names)
     await eventually(lambda: _all_placed(admin_clients, namespace, names))
     before = await placements(admin_clients, namespace)
+
+    async def b_usable(usable: bool) -> bool:
+        assert dispatcher.registry is not None
+        return dispatcher.registry.workers["worker-b"].usable() is usable
     worker_b.pause()
-    try:
-        await asyncio.sleep(6)
+    try:  # an outage the dispatcher sees, shorter than the lost timeout
+        await eventually(lambda: b_usable(False), timeout=20)
+        await asyncio.sleep(2)
     finally:
         worker_b.resume()
-    await asyncio.sleep(2)
+    await eventually(lambda: b_usable(True), timeout=20)  # it saw the outage end
     assert await placements(admin_clients, namespace) == before
     for name in names:
         assert c.ANNOTATION_EVICTIONS not in await annotations_of(admin_clients, namespace, name)
@@ -136,8 +143,12 @@ async def test_when_lost_wait_keeps_the_jobs_on_the_lost_worker_until_it_answers
     held = await on_worker(admin_clients, namespace, names, "worker-b")
     assert held, "MostFree should have spread the jobs over both workers"
     mirrors_b = Resource(admin_clients["worker-b"], TRAINJOBS)
-    uids_before = {m["metadata"]["name"]: m["metadata"]["uid"]
-                   for m in (await mirrors_b.list(namespace=namespace))["items"]}
+
+    async def mirrored() -> dict[str, str] | None:  # placed first, mirrored a moment after
+        uids = {m["metadata"]["name"]: m["metadata"]["uid"]
+                for m in (await mirrors_b.list(namespace=namespace))["items"]}
+        return uids if set(uids) == set(held) else None
+    uids_before = await eventually(mirrored)
     jobs = Resource(admin_clients["manager"], TRAINJOBS)
 
     async def dispatched_reasons() -> dict[str, str]:
@@ -152,15 +163,18 @@ async def test_when_lost_wait_keeps_the_jobs_on_the_lost_worker_until_it_answers
             return reasons if all(reasons[n] == c.REASON_WORKER_UNREACHABLE
                                   for n in held) else None
         await eventually(all_held, timeout=30, interval=0.5)
-        await asyncio.sleep(3)
+
+        async def held_past_the_timeout() -> str | None:  # decided after the 2 s ran out
+            job = await jobs.get(held[0], namespace=namespace)
+            message = str((condition_of(job or {}, c.CONDITION_DISPATCHED) or {}).get(
+                "message", ""))
+            return message if "whenLost: Wait" in message else None
+        message = await eventually(held_past_the_timeout, timeout=20)
+        assert "worker-b unreachable since" in message
         assert await placements(admin_clients, namespace) == before
         mirrors_a = await Resource(admin_clients["worker-a"], TRAINJOBS).list(
             namespace=namespace)
         assert not {m["metadata"]["name"] for m in mirrors_a["items"]} & set(held)
-        job = await jobs.get(held[0], namespace=namespace)
-        assert job is not None
-        message = (condition_of(job, c.CONDITION_DISPATCHED) or {})["message"]
-        assert "worker-b unreachable since" in message and "whenLost: Wait" in message
     finally:
         worker_b.resume()
 
@@ -204,15 +218,14 @@ async def test_mirror_deleted_by_hand_or_evicted_remotely_is_requeued(
         return bool(mirror and mirror["metadata"]["uid"] != first["metadata"]["uid"])
     await eventually(recreated, timeout=20)
 
-    # The worker's own Kueue suspends the mirror after it started: requeue.
+    # The worker suspends the mirror after its pods ran, as its own Kueue does when it
+    # preempts a workload; the worker's Trainer suspends the JobSet: requeue.
     remote = Resource(admin_clients[placed["preempted"]], TRAINJOBS)
-    await remote.merge_patch("preempted", {"status": {
-        "jobsStatus": [{"name": "node", "active": 1, "ready": 1, "succeeded": 0, "failed": 0,
-                        "suspended": 0}]}}, namespace=namespace, subresource="status")
-    await asyncio.sleep(0.5)
-    await remote.merge_patch("preempted", {"status": {"conditions": [condition(
-        "Suspended", "Preempted", "preempted by a higher priority workload")]}},
-        namespace=namespace, subresource="status")
+
+    async def running_there() -> bool:
+        return TrainJobKind().running(await remote.get("preempted", namespace=namespace))
+    await eventually(running_there, timeout=30)
+    await remote.merge_patch("preempted", {"spec": {"suspend": True}}, namespace=namespace)
 
     async def requeued() -> bool:
         annotations = await annotations_of(admin_clients, namespace, "preempted")
@@ -227,12 +240,11 @@ async def test_failure_is_retried_only_when_the_job_opts_in(
 ) -> None:
     await start_dispatcher()
     await create(admin_clients, namespace, ["flaky"],
-                 annotations={c.ANNOTATION_RETRY_ON_REASONS: "NodeLost, PodEvicted"})
+                 annotations={c.ANNOTATION_RETRY_ON_REASONS: "FailedJobs, ReachedMaxRestarts"})
     await eventually(lambda: _all_placed(admin_clients, namespace, ["flaky"]))
     placed = (await placements(admin_clients, namespace))["flaky"]
-    await Resource(admin_clients[placed], TRAINJOBS).merge_patch("flaky", {"status": {
-        "conditions": [condition("Failed", "NodeLost", "node went away")]}},
-        namespace=namespace, subresource="status")
+    await eventually(lambda: end_pods(admin_clients[placed], namespace, "flaky", fail=True),
+                     timeout=30)  # its pod fails: the worker's JobSet fails with FailedJobs
 
     async def retried() -> bool:
         annotations = await annotations_of(admin_clients, namespace, "flaky")
@@ -309,23 +321,28 @@ async def test_a_job_evicted_too_often_fails_with_the_reason(
         return None
     cond = await eventually(failed, timeout=15)
     assert cond["reason"] == c.REASON_TOO_MANY_EVICTIONS
-    await asyncio.sleep(1)
-    assert (await placements(admin_clients, namespace))["unlucky"] == ""
+
+    async def nowhere() -> bool:
+        return (await placements(admin_clients, namespace))["unlucky"] == ""
+    await eventually(nowhere)
     await assert_invariants(admin_clients, namespace)
 
 
 async def test_mirror_finished_then_deleted_by_a_worker_ttl_is_not_rerun(
     start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
 ) -> None:
-    await start_dispatcher()
+    await start_dispatcher(mirror={"keepFinished": True})  # the worker's TTL deletes it
     await create(admin_clients, namespace, ["ttl"])
     await eventually(lambda: _all_placed(admin_clients, namespace, ["ttl"]))
     worker = (await placements(admin_clients, namespace))["ttl"]
     remote = Resource(admin_clients[worker], TRAINJOBS)
-    await eventually(lambda: remote.get("ttl", namespace=namespace))
-    await remote.merge_patch("ttl", {"status": {"conditions": [condition(
-        "Complete", "AllJobsCompleted", "done")]}}, namespace=namespace, subresource="status")
-    await remote.delete("ttl", namespace=namespace)
+    await eventually(lambda: end_pods(admin_clients[worker], namespace, "ttl"), timeout=30)
+
+    async def complete_there() -> bool:
+        mirror = await remote.get("ttl", namespace=namespace)
+        return TrainJobKind().finished((mirror or {}).get("status")) is not None
+    await eventually(complete_there, timeout=30)
+    await remote.delete("ttl", namespace=namespace)  # at once, as a worker's TTL may
 
     async def complete() -> bool:
         job = await Resource(admin_clients["manager"], TRAINJOBS).get("ttl", namespace=namespace)
@@ -333,7 +350,11 @@ async def test_mirror_finished_then_deleted_by_a_worker_ttl_is_not_rerun(
                    for x in ((job or {}).get("status") or {}).get("conditions") or [])
     await eventually(complete, timeout=15)
     assert c.ANNOTATION_EVICTIONS not in await annotations_of(admin_clients, namespace, "ttl")
-    await asyncio.sleep(1)
+
+    async def left() -> bool:  # the dispatcher's last step for a finished job
+        job = await Resource(admin_clients["manager"], TRAINJOBS).get("ttl", namespace=namespace)
+        return c.FINALIZER not in ((job or {}).get("metadata", {}).get("finalizers") or [])
+    await eventually(left, timeout=15)
     assert await Resource(admin_clients["worker-a"], TRAINJOBS).get("ttl", namespace=namespace) \
         is None
     assert await Resource(admin_clients["worker-b"], TRAINJOBS).get("ttl", namespace=namespace) \

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -15,8 +14,10 @@ from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
 from tests.integration.conftest import (
     StartDispatcher,
+    a_pass_after,
     complete_mirror,
     eventually,
+    reconciled,
     trainjobs_refused,
 )
 
@@ -74,7 +75,7 @@ async def test_exactly_the_jobs_that_fit_are_placed_and_a_restart_books_nothing_
         placed = await placement(admin_clients, namespace)
         return placed if sum(1 for w in placed.values() if w) == 10 else None
     placed = await eventually(ten_placed, timeout=20)
-    await asyncio.sleep(1.0)
+    await a_pass_after(first)
     placed = await placement(admin_clients, namespace)
     assert sorted(w for w in placed.values() if w) == ["worker-a"] * 4 + ["worker-b"] * 6
     assert await eventually(lambda: _counts_are(admin_clients, namespace, 4, 6))
@@ -87,8 +88,9 @@ async def test_exactly_the_jobs_that_fit_are_placed_and_a_restart_books_nothing_
 
     # A restart in the middle: the new dispatcher rebuilds the ledger and over-books nothing.
     await start_dispatcher.stop(first)
-    await start_dispatcher(**config)
-    await asyncio.sleep(2.0)
+    second = await start_dispatcher(**config)
+    await reconciled(second, len(names))  # it has looked at every job, placed or waiting
+    await a_pass_after(second)
     assert await mirror_counts(admin_clients, namespace) == {"worker-a": 4, "worker-b": 6}
 
     # Completing one job on worker-a frees room for exactly one more there.
@@ -100,7 +102,7 @@ async def test_exactly_the_jobs_that_fit_are_placed_and_a_restart_books_nothing_
         newly = [n for n, w in now.items() if w == "worker-a" and n != done and not placed[n]]
         return len(newly) == 1
     await eventually(next_placed, timeout=10)
-    await asyncio.sleep(1.0)
+    await a_pass_after(second)
     assert await mirror_counts(admin_clients, namespace) == {"worker-a": 4, "worker-b": 6}
 
 

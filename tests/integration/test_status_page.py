@@ -50,9 +50,16 @@ def rows(dom: str, table: str) -> list[list[str]]:
             for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body.group(1), re.S)]
 
 
+NO_NODE = {"manager": "example.com/tests", "trainingRuntimeSpec": {"template": {"spec": {
+    "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+        "nodeSelector": {"example.com/pool": "none"}}}}}}]}}}}
+"""A runtime patch whose pods no worker node can hold: placed, never running."""
+
+
 def job(name: str, namespace: str, cpu: str) -> dict[str, Any]:
     return trainjob(name, namespace, managed_by=MANAGED_BY_MULTIKUEUE,
-                    resources_per_node={"requests": {"cpu": cpu, "memory": "1Gi"}})
+                    resources_per_node={"requests": {"cpu": cpu, "memory": "1Gi"}},
+                    runtime_patches=[NO_NODE] if name == "big-2" else None)
 
 
 async def test_chromium_renders_workers_bars_the_queue_and_running_jobs(
@@ -80,11 +87,9 @@ async def test_chromium_renders_workers_bars_the_queue_and_running_jobs(
     except AssertionError:
         raise AssertionError(f"last view: {seen}") from None
     running = next(r for r in view.placed.items if r.name == "big-1")
-    mirror = Resource(admin_clients[running.worker], TRAINJOBS)
-    await mirror.merge_patch("big-1", {"status": {"jobsStatus": [
-        {"name": "node", "active": 1, "ready": 1, "succeeded": 0, "failed": 0,
-         "suspended": 0}]}}, namespace=namespace, subresource="status")
-    await eventually(lambda: _state_is(dispatcher, "big-1", "Running"), timeout=10)
+    # big-1's pod runs on a kwok node of its worker; big-2's waits for a node that
+    # does not exist, so it is placed but not running.
+    await eventually(lambda: _state_is(dispatcher, "big-1", "Running"), timeout=30)
 
     assert dispatcher.server is not None
     url = f"http://127.0.0.1:{dispatcher.server.port}/"

@@ -110,6 +110,7 @@ def lost(seconds: float | None, *, usable: bool = False) -> WorkerState:
 COMPLETE = {"conditions": [condition("Complete", "AllJobsCompleted", "done")]}
 FAILED = {"conditions": [condition("Failed", "NodeLost", "node died")]}
 RUNNING = {"jobsStatus": [{"name": "node", "active": 1, "ready": 1}]}
+PODS_PENDING = {"jobsStatus": [{"name": "node", "active": 2, "ready": 0}]}
 PREEMPTED = {"conditions": [condition("Suspended", "Preempted", "by a higher priority")],
              **RUNNING}
 NO_QUOTA = ("couldn't assign flavors to pod set node: insufficient unused quota for cpu in "
@@ -156,6 +157,10 @@ ROWS: list[tuple[str, JobSnapshot, JobMemory, d.Action]] = [
     ("mirror: create", placed(), JobMemory(), d.CreateMirror("w")),
     ("sync: copy status", placed(mirror=mirror(status=RUNNING)), JobMemory(),
      d.SyncStatus("w", mirror(status=RUNNING), message="running on worker w")),
+    ("sync: pods made but none ready (no node holds them yet): not called running",
+     placed(mirror=mirror(status=PODS_PENDING)), JobMemory(),
+     d.SyncStatus("w", mirror(status=PODS_PENDING),
+                  message="on worker w, waiting for its pods to run there")),
     # admission by the worker's Kueue
     ("admission: waiting, Kueue says why",
      placed(worker=WITH_KUEUE, mirror=mirror(suspend=True), workload=PENDING_WORKLOAD),

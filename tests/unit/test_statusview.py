@@ -32,7 +32,7 @@ def job(name: str, *, namespace: str = "team", created: str = "2026-12-01T10:00:
         conditions.append(condition(final, "AllJobsCompleted", "done"))
     status: dict[str, Any] = {"conditions": conditions} if conditions else {}
     if running:
-        status["jobsStatus"] = [{"name": "node", "active": 1}]
+        status["jobsStatus"] = [{"name": "node", "active": 1, "ready": 1}]
     if status:
         obj["status"] = status
     return obj

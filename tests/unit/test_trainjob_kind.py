@@ -23,3 +23,16 @@ def test_mirror_drops_managed_by_and_a_manager_kueue_runtime_patch() -> None:
     job["spec"]["runtimePatches"] = job["spec"]["runtimePatches"][:1]
     only_kueue = TrainJobKind().build_mirror(job, origin="o", local_queue="")
     assert "runtimePatches" not in only_kueue["spec"]
+
+
+def test_a_job_runs_once_a_pod_is_ready_not_while_its_pods_are_only_pending() -> None:
+    def mirror(*steps: dict[str, int]) -> dict[str, object]:
+        return {"status": {"jobsStatus": [{"name": f"s{i}", **step}
+                                          for i, step in enumerate(steps)]}}
+    kind = TrainJobKind()
+    assert not kind.running(None)
+    assert not kind.running({"status": {}})
+    assert not kind.running(mirror({"active": 2, "ready": 0}))  # made, no node holds them
+    assert kind.running(mirror({"active": 2, "ready": 1}))
+    assert kind.running(mirror({"succeeded": 1}, {"active": 1, "ready": 1}))  # step two
+    assert not kind.running(mirror({"succeeded": 1, "active": 0, "ready": 0}))

@@ -371,6 +371,9 @@ def _placed(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> Actio
                       counted=not uncounted, exclude=uncounted)
     if admission.stage is Stage.WAITING:
         return _waiting_for_admission(s, config, admission)
+    if not kind.running(s.mirror):
+        return SyncStatus(name, s.mirror,
+                          message=f"on worker {name}, waiting for its pods to run there")
     return SyncStatus(name, s.mirror, message=f"running on worker {name}")
 
 

@@ -1,21 +1,22 @@
 """Clusters that run real Kueue, shared by the Kueue tests of one session.
 
-A control plane of its own (so the hand-written ClusterQueue statuses of the other
-tests never meet a real Kueue): a MultiKueue manager and two workers, each with the
-garbage collector and a Kueue manager (the manager's with MultiKueue on), a manager
-without Kueue for the dispatcher, the sample runtime, and a simulated trainer on each
-worker. The dispatcher's manager has no Kueue because Kueue's TrainJob webhook adds its
-runtime patch to every TrainJob there, which the mirror would carry to a worker whose
-Kueue adds it again (a duplicate the API server rejects). Every test gets a namespace of
-its own on every cluster and queues named after it, so tests share the clusters without
-sharing quota.
+A control plane of its own (so the hand-written ClusterQueue statuses of the other tests
+never meet a real Kueue): a MultiKueue manager and two workers, each with the controller
+manager and a Kueue manager (the manager's with MultiKueue on), a manager without Kueue
+for the dispatcher, and the real Trainer and JobSet on every cluster, with kube-
+scheduler and kwok nodes on each worker; the sample runtime's pods run for `RUN_SECONDS`
+unless a job's own runtime patch says otherwise (`helpers.long_running`). The
+dispatcher's manager has no Kueue because Kueue's TrainJob webhook adds its runtime
+patch to every TrainJob there, which the mirror would carry to a worker whose Kueue adds
+it again (a duplicate the API server rejects). Every test gets a namespace of its own on
+every cluster and queues named after it, so tests share the clusters without sharing
+quota.
 If the Kueue binary cannot be found or built, the fixture fails: it never skips.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -26,11 +27,12 @@ import yaml
 
 from devkit.localcluster import LocalControlPlane
 from devkit.localcluster.kueue import KueueSettings, MultiKueueSettings
-from devkit.localcluster.simulated_trainer import SimulatedTrainer
+from devkit.localcluster.trainer import chain_crd_files, kwok_timed
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES
 from dispatcher.app import Dispatcher
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource
+from tests.conftest import WORKER_NODES
 from tests.integration.conftest import SAMPLES, DispatcherRunner
 
 MANAGER = "manager"
@@ -49,7 +51,9 @@ class KueueClusters:
 
 
 async def _start_plane(plane: LocalControlPlane) -> None:
-    await plane.start(CLUSTERS, controllers=CLUSTERS)
+    await plane.start(CLUSTERS, controllers=CLUSTERS, crd_files=chain_crd_files(kueue=True))
+    for name in CLUSTERS:
+        await plane.clusters[name].start_trainer(WORKER_NODES if name in WORKERS else None)
     manager_settings = KueueSettings(multikueue=MultiKueueSettings(gc_interval="5s"))
     await asyncio.gather(
         plane.clusters[MANAGER].start_kueue(manager_settings),
@@ -61,28 +65,23 @@ async def _start_plane(plane: LocalControlPlane) -> None:
 async def kueue_clusters() -> AsyncIterator[KueueClusters]:
     plane = LocalControlPlane()
     clients: dict[str, ClusterClient] = {}
-    trainers: list[asyncio.Task[None]] = []
     try:
         await _start_plane(plane)
         for name, cluster in plane.clusters.items():
             clients[name] = await ClusterClient.from_kubeconfig(
                 name=name, kubeconfig=cluster.kubeconfig(),
                 settings=ClientSettings(qps=1000, burst=1000, timeout_seconds=10))
-        runtime = yaml.safe_load((SAMPLES / "clustertrainingruntime-torch.yaml").read_text())
+        runtime = kwok_timed(yaml.safe_load(
+            (SAMPLES / "clustertrainingruntime-torch.yaml").read_text()), run_seconds=RUN_SECONDS)
         for client in clients.values():
             await Resource(client, CLUSTER_TRAINING_RUNTIMES).apply(runtime,
                                                                     field_manager="tests")
-        for worker in WORKERS:
-            trainer = SimulatedTrainer(clients[worker], start_delay=0.2, run_seconds=RUN_SECONDS)
-            trainers.append(asyncio.create_task(trainer.run(), name=f"trainer/{worker}"))
         yield KueueClusters(plane=plane, clients=clients)
     finally:
-        for task in trainers:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
         for client in clients.values():
             await client.close()
+        for cluster in plane.clusters.values():
+            await cluster.stop_trainer()
         plane.stop()
 
 

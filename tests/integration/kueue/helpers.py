@@ -16,7 +16,7 @@ from typing import Any
 
 from devkit.factories import trainjob
 from devkit.localcluster.kueue_objects import WORKLOADS, setup_queues
-from devkit.localcluster.simulated_trainer import RUN_SECONDS_ANNOTATION
+from devkit.localcluster.trainer import kwok_patch
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kinds.trainjob import TrainJobKind
@@ -52,8 +52,9 @@ async def queues(clusters: KueueClusters, worker_name: str, namespace: str,
     return name
 
 
-def long_running(seconds: float) -> dict[str, str]:
-    return {RUN_SECONDS_ANNOTATION: str(seconds)}
+def long_running(seconds: float) -> list[dict[str, Any]]:
+    """A job's runtime patch: its pods run for `seconds` on the worker's kwok nodes."""
+    return [kwok_patch(run_seconds=seconds)]
 
 
 async def create(clusters: KueueClusters, namespace: str, name: str, **kwargs: Any) -> None:

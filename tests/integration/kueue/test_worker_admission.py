@@ -8,7 +8,6 @@ to a worker's LocalQueue, as that worker's users would.
 
 from __future__ import annotations
 
-import asyncio
 from fractions import Fraction
 from typing import Any
 
@@ -22,7 +21,7 @@ from devkit.localcluster.kueue_objects import (
 from dispatcher.api import constants as c
 from dispatcher.app import Dispatcher
 from dispatcher.kube.resource import EVENTS, Resource
-from tests.integration.conftest import eventually
+from tests.integration.conftest import eventually, reconciled
 from tests.integration.kueue.conftest import DISPATCHER_MANAGER, KueueClusters
 from tests.integration.kueue.helpers import (
     LOCAL_QUEUE,
@@ -63,7 +62,7 @@ async def test_local_jobs_fill_a_worker_so_jobs_go_to_the_other_and_back(
     # The worker's own users take all 4 CPUs of A for a few seconds.
     for name in ("local-0", "local-1"):
         await create_local(kueue_clusters, "worker-a", ns, name, num_nodes=2,
-                           annotations=long_running(8))
+                           runtime_patches=long_running(8))
     dispatcher = await dispatchers(workers={"static": [
         worker(kueue_clusters, "worker-a", localQueue=LOCAL_QUEUE, clusterQueue=cq_a),
         worker(kueue_clusters, "worker-b", localQueue=LOCAL_QUEUE, clusterQueue=cq_b)]})
@@ -71,7 +70,7 @@ async def test_local_jobs_fill_a_worker_so_jobs_go_to_the_other_and_back(
                                  == Fraction(4)), timeout=30)
     assert room(dispatcher, "worker-a").free["cpu"] == 0
     for name in ("first-0", "first-1"):
-        await create(kueue_clusters, ns, name, annotations=long_running(30))
+        await create(kueue_clusters, ns, name, runtime_patches=long_running(30))
 
     async def both_on_b() -> bool:
         return [await placed_on(kueue_clusters, ns, n) for n in ("first-0", "first-1")] == [
@@ -147,14 +146,14 @@ async def test_a_local_job_of_higher_priority_preempts_a_mirror_which_runs_elsew
         worker(kueue_clusters, "worker-a", localQueue=LOCAL_QUEUE, clusterQueue=cq_a),
         worker(kueue_clusters, "worker-b", localQueue=LOCAL_QUEUE, clusterQueue=cq_b)]})
     async with watch_running(kueue_clusters, ("worker-a", "worker-b"), ns) as copies:
-        await create(kueue_clusters, ns, "victim", num_nodes=2, annotations=long_running(10),
+        await create(kueue_clusters, ns, "victim", num_nodes=2, runtime_patches=long_running(10),
                      labels={c.LABEL_PRIORITY_CLASS: low})
         await eventually(lambda: _is(copies.running.get("victim") == {"worker-a"}), timeout=30)
         [mirror] = await mirrors(kueue_clusters, "worker-a", ns)
         assert mirror["metadata"]["labels"][c.LABEL_PRIORITY_CLASS] == low
         # The worker's own user needs the whole queue, at a higher priority.
         await create_local(kueue_clusters, "worker-a", ns, "urgent", num_nodes=4,
-                           annotations=long_running(30), labels={c.LABEL_PRIORITY_CLASS: high})
+                           runtime_patches=long_running(30), labels={c.LABEL_PRIORITY_CLASS: high})
         await eventually(lambda: _placed_on_is(kueue_clusters, ns, "victim", "worker-b"),
                          timeout=30)
         assert (await finished_eventually(kueue_clusters, ns, "victim"))["type"] == "Complete"
@@ -189,8 +188,8 @@ async def test_a_restart_while_a_mirror_waits_for_admission_duplicates_nothing(
     await eventually(waiting, timeout=30)
     [before] = await mirrors(kueue_clusters, "worker-a", ns)
     await dispatchers.stop(first)
-    await dispatchers(**settings)
-    await asyncio.sleep(3.0)
+    second = await dispatchers(**settings)
+    await reconciled(second, 1)  # it has looked at the job (and acted) since it started
     [after] = await mirrors(kueue_clusters, "worker-a", ns)
     assert after["metadata"]["uid"] == before["metadata"]["uid"]
     assert await mirrors(kueue_clusters, "worker-b", ns) == []

@@ -21,7 +21,7 @@ from dispatcher.api.trainer import TRAINJOBS
 from dispatcher.app import Dispatcher
 from dispatcher.kube.informer import Informer
 from dispatcher.kube.resource import Resource
-from tests.integration.conftest import eventually
+from tests.integration.conftest import a_pass_after, eventually
 from tests.integration.kueue.conftest import KueueClusters, conditions, is_true
 from tests.integration.kueue.helpers import (
     LOCAL_QUEUE,
@@ -104,12 +104,12 @@ async def test_live_room_is_read_from_a_real_cluster_queue_and_its_workloads(
     assert before.free == before.quota and before.used == {}
     # Three 2-CPU jobs that run long: the real ClusterQueue (4 CPU) holds two.
     for name in ("live-0", "live-1", "live-2"):
-        await create(kueue_clusters, ns, name, num_nodes=2, annotations=long_running(60))
+        await create(kueue_clusters, ns, name, num_nodes=2, runtime_patches=long_running(60))
 
     async def two_admitted() -> bool:
         return await admitted_count(kueue_clusters, "worker-b", ns) == 2
     await eventually(two_admitted, timeout=30, interval=0.2)
-    await asyncio.sleep(2.0)
+    await a_pass_after(dispatcher)
     assert len(await mirrors(kueue_clusters, "worker-b", ns)) == 2
     waiting = [n for n in ("live-0", "live-1", "live-2")
                if not await placed_on(kueue_clusters, ns, n)]

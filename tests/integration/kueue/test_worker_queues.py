@@ -5,7 +5,6 @@ Kueue lacks keeps the job away from that worker, with a reason."""
 
 from __future__ import annotations
 
-import asyncio
 from fractions import Fraction
 from typing import Any
 
@@ -20,7 +19,7 @@ from devkit.localcluster.kueue_objects import (
 from dispatcher.api import constants as c
 from dispatcher.app import Dispatcher
 from dispatcher.kube.resource import Resource
-from tests.integration.conftest import eventually
+from tests.integration.conftest import a_pass_after, eventually
 from tests.integration.kueue.conftest import KueueClusters
 from tests.integration.kueue.helpers import (
     LOCAL_QUEUE,
@@ -58,12 +57,12 @@ async def test_a_queue_borrows_from_its_cohort_and_the_dispatcher_offers_it(
     assert room.quota["cpu"] == 2 and room.ceiling["cpu"] == 6 and room.free["cpu"] == 6
     names = [f"borrow-{i}" for i in range(4)]
     for name in names:
-        await create(kueue_clusters, ns, name, num_nodes=2, annotations=long_running(60))
+        await create(kueue_clusters, ns, name, num_nodes=2, runtime_patches=long_running(60))
 
     async def three_admitted() -> bool:
         return await admitted_count(kueue_clusters, "worker-a", ns) == 3
     await eventually(three_admitted, timeout=30, interval=0.2)
-    await asyncio.sleep(1.0)
+    await a_pass_after(dispatcher)
     placed = [await placed_on(kueue_clusters, ns, name) for name in names]
     assert sorted(placed) == ["", "worker-a", "worker-a", "worker-a"]
     waiting = names[placed.index("")]
