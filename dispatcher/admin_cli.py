@@ -27,6 +27,7 @@ from dispatcher.api.kueue import PRIORITY_CLASSES, WORKLOAD_PRIORITY_CLASSES
 from dispatcher.api.trainer import GROUP, TRAINJOBS, VERSION
 from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.kube.client import ClientSettings, ClusterClient
+from dispatcher.kube.informer import object_key
 from dispatcher.kube.kubeconfig import KubeconfigError, parse_kubeconfig
 from dispatcher.kube.resource import EVENTS, Resource, message_of, status_of
 from dispatcher.observability.events import CONTROLLER
@@ -34,7 +35,6 @@ from dispatcher.observability.statusview import (
     JobRow,
     WorkerRow,
     build_view,
-    job_key,
     worker_row_from_object,
 )
 from dispatcher.placement.validation import DemandError, checked_quantities
@@ -177,7 +177,7 @@ async def _priorities(manager: ClusterClient, jobs: list[dict[str, Any]]) -> dic
             if found is not None:
                 values[name] = int(found.get("value") or 0)
                 break
-    return {job_key(j): values.get((j["metadata"].get("labels") or {}).get(
+    return {object_key(j): values.get((j["metadata"].get("labels") or {}).get(
         c.LABEL_PRIORITY_CLASS, ""), 0) for j in jobs}
 
 

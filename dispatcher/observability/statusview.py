@@ -27,6 +27,7 @@ from typing import Any
 from dispatcher.api import constants as c
 from dispatcher.api import jobstate as js
 from dispatcher.api.jobstate import JobState, job_state
+from dispatcher.kube.informer import object_key
 from dispatcher.placement.quantity import QuantityError, parse_quantity
 
 JSON = dict[str, Any]
@@ -177,10 +178,6 @@ def activity_from_event(event: Mapping[str, Any]) -> Activity:
     )
 
 
-def job_key(job: Mapping[str, Any]) -> str:
-    return f"{job['metadata'].get('namespace', '')}/{job['metadata']['name']}"
-
-
 def _dispatched_reason(job: Mapping[str, Any]) -> str:
     for cond in (job.get("status") or {}).get("conditions") or []:
         if cond.get("type") == c.CONDITION_DISPATCHED:
@@ -242,7 +239,7 @@ def build_view(
         by_state[state.state] += 1
         by_namespace[namespace] += 1
         if state.state in QUEUED_STATES:
-            key = f"{namespace}/{name}"
+            key = object_key(job)
             order = (-priorities.get(key, 0), metadata.get("creationTimestamp", ""), key)
             queued.append((order, job, state))
             by_reason[_dispatched_reason(job) or js.STATE_PENDING] += 1

@@ -50,17 +50,13 @@ from dispatcher.controllers.jobs.manager_side import Conflict, ManagerWriter
 from dispatcher.controllers.jobs.memory import JobMemories, JobMemory
 from dispatcher.controllers.jobs.priority import PriorityCache
 from dispatcher.controllers.jobs.records import PlacementRecords
-from dispatcher.controllers.jobs.snapshot import (
-    JobSnapshot,
-    SnapshotReader,
-    job_key,
-)
+from dispatcher.controllers.jobs.snapshot import JobSnapshot, SnapshotReader
 from dispatcher.controllers.jobs.worker_side import Refused, WorkerWriter
 from dispatcher.controllers.scheduling import SchedulingLoop
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
 from dispatcher.kinds import JobKind
 from dispatcher.kube.client import ClusterClient
-from dispatcher.kube.informer import DELETED, Informer
+from dispatcher.kube.informer import DELETED, Informer, object_key
 from dispatcher.kube.workqueue import Lane, Result, WorkQueue
 from dispatcher.observability.events import EventRecorder
 from dispatcher.observability.metrics import Metrics
@@ -122,7 +118,7 @@ class JobsController:
     # ----- event handlers: map to keys and enqueue -----
 
     def on_job_event(self, event_type: str, obj: JSON) -> None:
-        key = job_key(obj)
+        key = object_key(obj)
         if not self.claimed(obj) and not self.records.of_job(key):
             return
         uid = obj["metadata"]["uid"]
@@ -145,7 +141,7 @@ class JobsController:
 
     def _memory_of_mirror(self, mirror: JSON) -> JobMemory | None:
         """The memory of the live manager job `mirror` belongs to, if there is one."""
-        job = self.trainjobs.get(job_key(mirror))
+        job = self.trainjobs.get(object_key(mirror))
         manager_uid = (mirror["metadata"].get("annotations") or {}).get(
             c.ANNOTATION_MANAGER_UID)
         if job is None or job["metadata"]["uid"] != manager_uid or not self.claimed(job):
@@ -167,7 +163,7 @@ class JobsController:
                     memory.tombstone = None
                 if memory.status_news is None:
                     memory.status_news = self.clock.monotonic()
-        self.queue.add(job_key(obj), lane=Lane.URGENT)  # news about a running job
+        self.queue.add(object_key(obj), lane=Lane.URGENT)  # news about a running job
 
     def _count_mirror(self, worker: str, event_type: str, obj: JSON) -> None:
         """Keep the ledger's count of the live mirrors on `worker` (facts, not opinions)."""
@@ -181,7 +177,7 @@ class JobsController:
                 self.scheduling.trigger()
             return
         if not self.ledger.counts_mirror(worker, uid):  # a mirror's demand never changes
-            self.ledger.mirror_seen(worker, uid, job_key(obj), self.mirror_demand(obj, uid))
+            self.ledger.mirror_seen(worker, uid, object_key(obj), self.mirror_demand(obj, uid))
 
     def mirror_demand(self, mirror: JSON, uid: str) -> dict[str, Any]:
         """What a live mirror holds: the demand it was created with, else what its spec
@@ -208,14 +204,11 @@ class JobsController:
 
     def on_runtime_event(self, event_type: str, obj: JSON) -> None:
         """A runtime came, changed or went: look again at the unplaced jobs that use it."""
-        metadata = obj["metadata"]
-        key = f"{metadata['namespace']}/{metadata['name']}" if metadata.get(
-            "namespace") else metadata["name"]
-        ref = (obj.get("kind"), key)
+        ref = (obj.get("kind"), object_key(obj))
         for job in list(self.trainjobs.store.values()):
             if (self.claimed(job) and job["metadata"]["uid"] not in self.ledger
                     and self.kind.runtime_ref(job) == ref):
-                self.queue.add(job_key(job))
+                self.queue.add(object_key(job))
 
     def on_worker_change(self, worker: WorkerConnection) -> None:
         """A worker came, went or changed: re-examine its jobs and schedule again."""
@@ -502,7 +495,7 @@ class JobsController:
             job["metadata"]["uid"])
         if record is not None and record.problem:
             log.warning("%s: placement record: %s; booking its demand as computed now",
-                        job_key(job), record.problem, extra={"job": job_key(job)})
+                        object_key(job), record.problem, extra={"job": object_key(job)})
         recorded = record.demand if record is not None else {}
         computed = snapshot.demand if snapshot is not None else None
         if snapshot is None:

@@ -34,10 +34,6 @@ from dispatcher.placement.validation import DemandError
 JSON = dict[str, Any]
 
 
-def job_key(obj: JSON) -> str:
-    return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
-
-
 def annotations_of(job: JSON) -> dict[str, str]:
     return job["metadata"].get("annotations") or {}
 

@@ -22,9 +22,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.api import constants as c
 from dispatcher.controllers.jobs.memory import JobMemory
-from dispatcher.controllers.jobs.snapshot import job_key
 from dispatcher.controllers.workers import WorkerConnection
 from dispatcher.kinds import JobKind
+from dispatcher.kube.informer import object_key
 from dispatcher.kube.resource import NAMESPACES, Resource, message_of
 from dispatcher.observability.metrics import Metrics
 from dispatcher.placement import resources
@@ -81,7 +81,7 @@ class WorkerWriter:
                     worker.mirrors.remember(existing)
                     return existing, False
                 return Refused(c.REASON_NAME_CONFLICT,
-                               f"{job_key(job)} already exists on {worker.name} and was not "
+                               f"{object_key(job)} already exists on {worker.name} and was not "
                                "created by this dispatcher")
             if error.status in _REJECTION_CODES:
                 return Refused(c.REASON_MIRROR_REJECTED,
