@@ -21,10 +21,11 @@ from typing import Any
 from dispatcher.api.placement import PLACEMENTS
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES
 from dispatcher.api.workercluster import WORKER_CLUSTERS
+from dispatcher.claim import Claim
 from dispatcher.clock import Clock, SystemClock
 from dispatcher.config import DispatcherConfig
 from dispatcher.controllers.gc import GarbageCollector
-from dispatcher.controllers.jobs import JobsController
+from dispatcher.controllers.jobs.controller import JobsController
 from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.scheduling import SchedulingLoop
 from dispatcher.controllers.workerclusters import WorkerClustersController
@@ -71,6 +72,7 @@ class Dispatcher:
         self.config = config
         self.clock = clock or SystemClock()
         self.kind = TrainJobKind()
+        self.claim = Claim(config.claim)
         self.instance = instance or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.metrics = Metrics()
         self.ready = asyncio.Event()
@@ -160,10 +162,10 @@ class Dispatcher:
                 workers.append(worker_row(worker.name, {"cordoned": worker.spec.cordoned,
                                                         "drain": worker.spec.drain}, status))
         if self.jobs is not None and self._scheduling is not None:
-            jobs = [j for j in self.jobs.trainjobs.store.values() if self.jobs.claimed(j)]
+            jobs = list(self.jobs.trainjobs.store.values())
             priorities = {p.key: p.priority for p in self._scheduling.pending.values()}
         return functools.partial(
-            build_view, workers=workers, jobs=jobs, managed_by=self.config.claim.managed_by,
+            build_view, workers=workers, jobs=jobs, claim=self.claim, kind=self.kind,
             priorities=priorities, events=list(self._events.recent) if self._events else [],
             offset=offset, limit=limit)
 
@@ -222,9 +224,7 @@ class Dispatcher:
             bookings = self.ledger.jobs_on(worker.name)
             running = 0
             for booking in bookings:
-                job = self.jobs.trainjobs.get(booking.key)
-                status = (job or {}).get("status") or {}
-                if any(js.get("active") for js in status.get("jobsStatus") or []):
+                if self.kind.running(self.jobs.trainjobs.get(booking.key)):
                     running += 1
             m.jobs.labels("placed", worker.name).set(len(bookings))
             m.jobs.labels("running", worker.name).set(running)
@@ -352,7 +352,8 @@ class Dispatcher:
             on_decision=self._on_decision,
         )
         self.jobs = JobsController(
-            config=cfg, manager=manager, registry=self.registry, kind=kind, ledger=self.ledger,
+            config=cfg, claim=self.claim, manager=manager, registry=self.registry, kind=kind,
+            ledger=self.ledger,
             scheduling=self._scheduling, trainjobs=trainjobs, records=records,
             runtimes={CLUSTER_RUNTIME: cluster_runtimes, NAMESPACED_RUNTIME: runtimes},
             queue=queue, events=events, metrics=self.metrics, clock=self.clock,

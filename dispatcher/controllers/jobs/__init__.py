@@ -4,7 +4,3 @@
 `memory.py` holds the little each job needs remembered, `controller.py` ties them to
 the watches and the work queue.
 """
-
-from dispatcher.controllers.jobs.controller import JobsController
-
-__all__ = ["JobsController"]

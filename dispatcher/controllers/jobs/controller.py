@@ -23,6 +23,7 @@ from typing import Any
 from dispatcher.api import constants as c
 from dispatcher.api.conditions import condition
 from dispatcher.api.placement import PlacementRecord
+from dispatcher.claim import Claim
 from dispatcher.clock import Clock
 from dispatcher.config import DispatcherConfig
 from dispatcher.controllers.jobs.decide import (
@@ -77,6 +78,7 @@ class JobsController:
         self,
         *,
         config: DispatcherConfig,
+        claim: Claim,
         manager: ClusterClient,
         registry: WorkerRegistry,
         kind: JobKind,
@@ -91,6 +93,7 @@ class JobsController:
         clock: Clock,
     ) -> None:
         self.config = config
+        self.claim = claim
         self.registry = registry
         self.kind = kind
         self.ledger = ledger
@@ -103,8 +106,8 @@ class JobsController:
         self.clock = clock
         self.memories = JobMemories()
         self.reader = SnapshotReader(
-            config=config, kind=kind, trainjobs=trainjobs, records=records, runtimes=runtimes,
-            registry=registry, ledger=ledger, scheduling=scheduling,
+            config=config, claim=claim, kind=kind, trainjobs=trainjobs, records=records,
+            runtimes=runtimes, registry=registry, ledger=ledger, scheduling=scheduling,
             priorities=PriorityCache(manager, clock=clock), clock=clock)
         self.manager = ManagerWriter(kind=kind, trainjobs=trainjobs, records=records,
                                      events=events, metrics=metrics, clock=clock)
@@ -113,7 +116,7 @@ class JobsController:
                                     metrics=metrics)
 
     def claimed(self, job: JSON) -> bool:
-        return self.reader.claimed(job)
+        return self.claim.claims(job)
 
     # ----- event handlers: map to keys and enqueue -----
 

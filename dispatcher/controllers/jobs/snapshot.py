@@ -18,6 +18,7 @@ from typing import Any
 
 from dispatcher.api import constants as c
 from dispatcher.api.placement import PlacementRecord
+from dispatcher.claim import Claim
 from dispatcher.clock import Clock
 from dispatcher.config import DispatcherConfig
 from dispatcher.controllers.jobs.memory import JobMemory
@@ -28,7 +29,6 @@ from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
 from dispatcher.kinds import JobKind
 from dispatcher.kube.informer import Informer
 from dispatcher.placement.ledger import Ledger
-from dispatcher.placement.selector import parse_selector
 from dispatcher.placement.validation import DemandError
 
 JSON = dict[str, Any]
@@ -105,8 +105,8 @@ class JobSnapshot:
 
 
 class SnapshotReader:
-    def __init__(self, *, config: DispatcherConfig, kind: JobKind, trainjobs: Informer,
-                 records: PlacementRecords,
+    def __init__(self, *, config: DispatcherConfig, claim: Claim, kind: JobKind,
+                 trainjobs: Informer, records: PlacementRecords,
                  runtimes: dict[str, Informer], registry: WorkerRegistry, ledger: Ledger,
                  scheduling: SchedulingLoop, priorities: PriorityCache,
                  clock: Clock) -> None:
@@ -120,19 +120,9 @@ class SnapshotReader:
         self._scheduling = scheduling
         self._priorities = priorities
         self._clock = clock
-        self._claim_selector = parse_selector(config.claim.label_selector)
+        self._claim = claim
         self._parsed_runtimes: dict[str, tuple[str, Any]] = {}
         self._same_runtimes: dict[tuple[str, str, str, str], tuple[tuple[str, str], bool]] = {}
-
-    def claimed(self, job: JSON) -> bool:
-        spec = job.get("spec") or {}
-        if spec.get("managedBy") != self._config.claim.managed_by:
-            return False
-        metadata = job["metadata"]
-        namespaces = self._config.claim.namespaces
-        if namespaces and metadata.get("namespace") not in namespaces:
-            return False
-        return self._claim_selector(metadata.get("labels") or {})
 
     def runtime_of(self, job: JSON) -> tuple[str, JSON | None]:
         """("ClusterTrainingRuntime 'name'", the runtime from the caches or None)."""
@@ -146,7 +136,7 @@ class SnapshotReader:
     async def read(self, key: str, memory: JobMemory | None) -> JobSnapshot:
         now, wall = self._clock.monotonic(), self._clock.time()
         job = self._jobs.get(key)
-        claimed = job is not None and self.claimed(job)
+        claimed = job is not None and self._claim.claims(job)
         uid = job["metadata"]["uid"] if job is not None else None
         records = self._records.of_job(key)
         record = next((r for r in records if r.uid == uid), None) if claimed else None
