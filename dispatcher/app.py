@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 from dispatcher.api.placement import PLACEMENTS
-from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES
 from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.claim import Claim
 from dispatcher.clock import Clock, SystemClock
@@ -30,7 +29,7 @@ from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.scheduling import SchedulingLoop
 from dispatcher.controllers.workerclusters import WorkerClustersController
 from dispatcher.controllers.workers import ConnectionOptions, WorkerConnection, WorkerRegistry
-from dispatcher.kinds.trainjob import CLUSTER_RUNTIME, NAMESPACED_RUNTIME, TrainJobKind
+from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.informer import Informer, InformerSettings
 from dispatcher.kube.leader import lead
@@ -320,15 +319,13 @@ class Dispatcher:
         queue = WorkQueue(name="trainjobs")
         trainjobs = Informer(Resource(manager, kind.kind), settings=informer_settings,
                              name="manager/trainjobs")
-        cluster_runtimes = Informer(Resource(manager, CLUSTER_TRAINING_RUNTIMES),
-                                    settings=informer_settings,
-                                    name="manager/clustertrainingruntimes")
-        runtimes = Informer(Resource(manager, TRAINING_RUNTIMES), settings=informer_settings,
-                            name="manager/trainingruntimes")
+        runtimes = {name: Informer(Resource(manager, resource), settings=informer_settings,
+                                   name=f"manager/{resource.plural}")
+                    for name, resource in kind.runtime_resources.items()}
         placements = Informer(Resource(manager, PLACEMENTS), namespace=cfg.namespace,
                               settings=informer_settings, name="manager/placements")
         records = PlacementRecords(placements)
-        informers = [trainjobs, cluster_runtimes, runtimes, placements]
+        informers = [trainjobs, *runtimes.values(), placements]
         worker_clusters = secrets = None
         if cfg.workers.from_crd:
             worker_clusters = Informer(Resource(manager, WORKER_CLUSTERS),
@@ -355,7 +352,7 @@ class Dispatcher:
             config=cfg, claim=self.claim, manager=manager, registry=self.registry, kind=kind,
             ledger=self.ledger,
             scheduling=self._scheduling, trainjobs=trainjobs, records=records,
-            runtimes={CLUSTER_RUNTIME: cluster_runtimes, NAMESPACED_RUNTIME: runtimes},
+            runtimes=runtimes,
             queue=queue, events=events, metrics=self.metrics, clock=self.clock,
         )
         self._worker_clusters = WorkerClustersController(
@@ -369,8 +366,8 @@ class Dispatcher:
             interval=cfg.gc.interval_seconds, metrics=self.metrics)
         trainjobs.add_handler(self.jobs.on_job_event)
         placements.add_handler(self.jobs.on_record_event)
-        cluster_runtimes.add_handler(self.jobs.on_runtime_event)
-        runtimes.add_handler(self.jobs.on_runtime_event)
+        for runtime_informer in runtimes.values():
+            runtime_informer.add_handler(self.jobs.on_runtime_event)
         for informer in (worker_clusters, secrets):
             if informer is not None:
                 informer.add_handler(self._worker_clusters.trigger)
