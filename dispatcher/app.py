@@ -24,8 +24,13 @@ from dispatcher.claim import Claim
 from dispatcher.clock import Clock, SystemClock
 from dispatcher.config import DispatcherConfig
 from dispatcher.controllers.gc import GarbageCollector
+from dispatcher.controllers.jobs.bookkeeping import Bookkeeper
 from dispatcher.controllers.jobs.controller import JobsController
+from dispatcher.controllers.jobs.manager_side import ManagerWriter
+from dispatcher.controllers.jobs.priority import PriorityCache
 from dispatcher.controllers.jobs.records import PlacementRecords
+from dispatcher.controllers.jobs.snapshot import SnapshotReader
+from dispatcher.controllers.jobs.worker_side import WorkerWriter
 from dispatcher.controllers.scheduling import SchedulingLoop
 from dispatcher.controllers.workerclusters import WorkerClustersController
 from dispatcher.controllers.workers import ConnectionOptions, WorkerConnection, WorkerRegistry
@@ -259,7 +264,7 @@ class Dispatcher:
         assert self._worker_clusters is not None
         await asyncio.gather(*(i.synced.wait() for i in informers))
         await self._worker_clusters.sync()
-        booked = self.jobs.rebuild_ledger()
+        booked = self.jobs.bookkeeper.rebuild()
         log.info("caches synced; ledger rebuilt with %d placed jobs", booked)
         for key in [*self.jobs.trainjobs.store, *(r.key for r in self.jobs.records.all())]:
             self.jobs.queue.add(key)
@@ -348,11 +353,22 @@ class Dispatcher:
             strategy=cfg.placement.queueing_strategy,
             on_decision=self._on_decision,
         )
+        reader = SnapshotReader(
+            config=cfg, claim=self.claim, kind=kind, trainjobs=trainjobs, records=records,
+            runtimes=runtimes, registry=self.registry, ledger=self.ledger,
+            scheduling=self._scheduling, priorities=PriorityCache(manager, clock=self.clock),
+            clock=self.clock)
         self.jobs = JobsController(
-            config=cfg, claim=self.claim, manager=manager, registry=self.registry, kind=kind,
-            ledger=self.ledger,
-            scheduling=self._scheduling, trainjobs=trainjobs, records=records,
-            runtimes=runtimes,
+            config=cfg, claim=self.claim, kind=kind, registry=self.registry, ledger=self.ledger,
+            scheduling=self._scheduling, trainjobs=trainjobs, records=records, reader=reader,
+            manager=ManagerWriter(kind=kind, trainjobs=trainjobs, records=records,
+                                  events=events, metrics=self.metrics, clock=self.clock),
+            workers=WorkerWriter(kind=kind, origin=cfg.mirror.origin,
+                                 create_namespaces=cfg.workers.create_namespaces,
+                                 metrics=self.metrics),
+            bookkeeper=Bookkeeper(kind=kind, origin=cfg.mirror.origin, ledger=self.ledger,
+                                  scheduling=self._scheduling, trainjobs=trainjobs,
+                                  records=records, reader=reader),
             queue=queue, events=events, metrics=self.metrics, clock=self.clock,
         )
         self._worker_clusters = WorkerClustersController(
