@@ -455,7 +455,13 @@ class JobsController:
         await self.manager.set_waiting(updated, reason, message)
         return None
 
-    # ----- what the metrics count, from the cache -----
+    # ----- what the metrics count, from the caches -----
+
+    def placed_and_running(self, worker: str) -> tuple[int, int]:
+        """The jobs booked on `worker`, and how many of them run (the kind's rule)."""
+        bookings = self.ledger.jobs_on(worker)
+        return len(bookings), sum(1 for booking in bookings
+                                  if self.kind.running(self.trainjobs.get(booking.key)))
 
     def reasons(self) -> collections.Counter[str]:
         """Claimed, unfinished jobs by their Dispatched reason, from the cache."""
