@@ -67,6 +67,18 @@ def client_settings(config: DispatcherConfig) -> ClientSettings:
     return ClientSettings(qps=cfg.qps, burst=cfg.burst, timeout_seconds=cfg.timeout_seconds)
 
 
+def _registrations(manager: ClusterClient, config: DispatcherConfig, settings: InformerSettings
+                   ) -> tuple[Informer | None, Informer | None]:
+    """The WorkerCluster objects and the Secrets of the dispatcher's namespace (their
+    kubeconfigs), when workers are registered that way."""
+    if not config.workers.from_crd:
+        return None, None
+    return (Informer(Resource(manager, WORKER_CLUSTERS), settings=settings,
+                     name="manager/workerclusters"),
+            Informer(Resource(manager, SECRETS), namespace=config.namespace, settings=settings,
+                     name="manager/secrets"))
+
+
 def _jobs_controller(term: LeaderTerm, *, manager: ClusterClient,
                      runtimes: dict[str, Informer]) -> JobsController:
     """The term's jobs controller and its parts: the snapshot reader, the writers on the
@@ -118,14 +130,9 @@ class LeaderTerm:
         placements = Informer(Resource(manager, PLACEMENTS), namespace=cfg.namespace,
                               settings=settings, name="manager/placements")
         self.records = PlacementRecords(placements)
-        self.informers = [self.trainjobs, *runtimes.values(), placements]
-        worker_clusters = secrets = None
-        if cfg.workers.from_crd:
-            worker_clusters = Informer(Resource(manager, WORKER_CLUSTERS),
-                                       settings=settings, name="manager/workerclusters")
-            secrets = Informer(Resource(manager, SECRETS), namespace=cfg.namespace,
-                               settings=settings, name="manager/secrets")
-            self.informers += [worker_clusters, secrets]
+        worker_clusters, secrets = _registrations(manager, cfg, settings)
+        self.informers = [self.trainjobs, *runtimes.values(), placements,
+                          *(i for i in (worker_clusters, secrets) if i is not None)]
         self.registry = WorkerRegistry(
             options=ConnectionOptions(
                 client_settings=client_settings(cfg), informer_settings=settings,
