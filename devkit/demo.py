@@ -25,16 +25,21 @@ from devkit.localcluster import LocalControlPlane
 from devkit.localcluster.trainer import chain_crd_files, kwok_timed, pods_by_node
 from devkit.localenv import CLUSTERS, QUOTAS, start_chain
 from dispatcher.admin import ensure_namespace, register_worker
-from dispatcher.api.jobstate import job_state
-from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
+from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINJOBS
 from dispatcher.app import Dispatcher
-from dispatcher.config import DispatcherConfig
+from dispatcher.claim import Claim
+from dispatcher.config import ClaimConfig, DispatcherConfig
+from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import Resource
+from dispatcher.observability.jobstate import job_state
 
 SAMPLES = Path(__file__).resolve().parents[1] / "config" / "samples"
 NAMESPACE = "demo"
 _FINAL = {"Complete", "Failed", "NotClaimed"}
+_KIND = TrainJobKind()
+_CLAIM = Claim(ClaimConfig())
+"""The demo's dispatcher claims what the default configuration claims."""
 
 
 def _table(jobs: list[dict[str, Any]], metrics_url: str) -> Table:
@@ -44,7 +49,7 @@ def _table(jobs: list[dict[str, Any]], metrics_url: str) -> Table:
         table.add_column(column)
     colors = {"Complete": "green", "Running": "cyan", "Failed": "red", "Placed": "blue"}
     for job in sorted(jobs, key=lambda j: j["metadata"]["name"]):
-        state = job_state(job, managed_by=MANAGED_BY_MULTIKUEUE)
+        state = job_state(job, claim=_CLAIM, kind=_KIND)
         color = colors.get(state.state, "yellow")
         table.add_row(job["metadata"]["name"], state.worker or "-",
                       f"[{color}]{state.state}[/{color}]", state.message)
@@ -133,7 +138,7 @@ async def _watch(console: Console, jobs: Resource, metrics_url: str,
             await each_tick()
             items = (await jobs.list(namespace=NAMESPACE))["items"]
             live.update(_table(items, metrics_url))
-            states = [job_state(j, managed_by=MANAGED_BY_MULTIKUEUE).state for j in items]
+            states = [job_state(j, claim=_CLAIM, kind=_KIND).state for j in items]
             finalizers = any(j["metadata"].get("finalizers") for j in items)
             if items and all(s in _FINAL for s in states) and not finalizers:
                 return 0 if "Failed" not in states else 1

@@ -1,7 +1,9 @@
 """`dispatcher cluster ...` and `dispatcher jobs`: administering workers and reading jobs.
 
 `cluster list` and `jobs` show what the status page shows, through the same
-`observability.statusview` functions, from the objects they list on the manager.
+`observability.statusview` functions, from the objects they list on the manager: the
+jobs the one claim rule (`dispatcher.claim`) claims, with the scheduler's priority
+lookup (`controllers.jobs.priority`).
 
 Every command talks to the manager named by `--kubeconfig` (default `$KUBECONFIG`, then
 `~/.kube/config`). `cluster add` and `cluster rotate-credentials` first prove the new
@@ -22,11 +24,14 @@ from rich.console import Console
 from rich.table import Table
 
 from dispatcher.admin import register_worker, store_kubeconfig
-from dispatcher.api import constants as c
-from dispatcher.api.kueue import PRIORITY_CLASSES, WORKLOAD_PRIORITY_CLASSES
-from dispatcher.api.trainer import GROUP, TRAINJOBS, VERSION
+from dispatcher.api.trainer import GROUP, VERSION
 from dispatcher.api.workercluster import WORKER_CLUSTERS
+from dispatcher.claim import Claim
+from dispatcher.clock import SystemClock
+from dispatcher.controllers.jobs.priority import PriorityCache
+from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.client import ClientSettings, ClusterClient
+from dispatcher.kube.informer import object_key
 from dispatcher.kube.kubeconfig import KubeconfigError, parse_kubeconfig
 from dispatcher.kube.resource import EVENTS, Resource, message_of, status_of
 from dispatcher.observability.events import CONTROLLER
@@ -34,7 +39,6 @@ from dispatcher.observability.statusview import (
     JobRow,
     WorkerRow,
     build_view,
-    job_key,
     worker_row_from_object,
 )
 from dispatcher.placement.validation import DemandError, checked_quantities
@@ -166,19 +170,9 @@ async def cluster_list(manager: ClusterClient, *, console: Console) -> int:
 
 
 async def _priorities(manager: ClusterClient, jobs: list[dict[str, Any]]) -> dict[str, int]:
-    """Each job's priority as the scheduler sees it: the value of the WorkloadPriorityClass,
-    else the PriorityClass, its `kueue.x-k8s.io/priority-class` label names."""
-    values: dict[str, int] = {}
-    for name in {(j["metadata"].get("labels") or {}).get(c.LABEL_PRIORITY_CLASS) for j in jobs}:
-        if not name:
-            continue
-        for kind in (WORKLOAD_PRIORITY_CLASSES, PRIORITY_CLASSES):
-            found = await Resource(manager, kind).get(name)
-            if found is not None:
-                values[name] = int(found.get("value") or 0)
-                break
-    return {job_key(j): values.get((j["metadata"].get("labels") or {}).get(
-        c.LABEL_PRIORITY_CLASS, ""), 0) for j in jobs}
+    """Each job's priority as the scheduler sees it (one read per priority class)."""
+    cache = PriorityCache(manager, clock=SystemClock())
+    return {object_key(job): await cache.priority(job) for job in jobs}
 
 
 async def _dispatcher_events(manager: ClusterClient, namespace: str | None
@@ -201,13 +195,14 @@ def _jobs_table(title: str, rows: list[JobRow], *, position: bool = False,
     return table
 
 
-async def jobs_list(manager: ClusterClient, *, namespace: str | None, managed_by: str,
+async def jobs_list(manager: ClusterClient, *, namespace: str | None, claim: Claim,
                     console: Console, limit: int | None = None) -> int:
     """The queue in order, the placed jobs, the held and finished ones, the counts and
     the recent activity: the status page's view, built from the listed objects."""
-    jobs = (await Resource(manager, TRAINJOBS).list(namespace=namespace))["items"]
-    claimed = [j for j in jobs if (j.get("spec") or {}).get("managedBy") == managed_by]
-    view = build_view(workers=[], jobs=claimed, managed_by=managed_by,
+    kind = TrainJobKind()
+    jobs = (await Resource(manager, kind.kind).list(namespace=namespace))["items"]
+    claimed = [job for job in jobs if claim.claims(job)]
+    view = build_view(workers=[], jobs=claimed, claim=claim, kind=kind,
                       priorities=await _priorities(manager, claimed),
                       events=await _dispatcher_events(manager, namespace), limit=limit)
     console.print(_jobs_table(f"Queue ({view.queue.total} waiting)", view.queue.items,

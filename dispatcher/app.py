@@ -1,5 +1,10 @@
 """Wiring: configuration -> clients -> caches -> controllers, in one asyncio.TaskGroup.
 
+`Dispatcher` is the process: the health and metrics server, and leadership (alone, or
+while holding the Lease). Each leadership term is one `LeaderTerm`, built whole when the
+term starts: the manager's caches, the workers, the controllers and their loops, every
+part there for the whole term.
+
 Start-up order matters for correctness: the manager's caches (TrainJobs, runtimes and
 the Placement records in the dispatcher's namespace) sync first, then the workers are
 connected, then the quota ledger is rebuilt from the placement records, and only then
@@ -19,34 +24,37 @@ from collections.abc import Callable
 from typing import Any
 
 from dispatcher.api.placement import PLACEMENTS
-from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES
 from dispatcher.api.workercluster import WORKER_CLUSTERS
+from dispatcher.claim import Claim
 from dispatcher.clock import Clock, SystemClock
 from dispatcher.config import DispatcherConfig
+from dispatcher.controllers.capacity import Capacities
 from dispatcher.controllers.gc import GarbageCollector
-from dispatcher.controllers.jobs import JobsController
+from dispatcher.controllers.jobs.bookkeeping import Bookkeeper
+from dispatcher.controllers.jobs.controller import JobsController
+from dispatcher.controllers.jobs.manager_side import ManagerWriter
+from dispatcher.controllers.jobs.priority import PriorityCache
 from dispatcher.controllers.jobs.records import PlacementRecords
+from dispatcher.controllers.jobs.snapshot import SnapshotReader
+from dispatcher.controllers.jobs.worker_side import WorkerWriter
 from dispatcher.controllers.scheduling import SchedulingLoop
 from dispatcher.controllers.workerclusters import WorkerClustersController
 from dispatcher.controllers.workers import ConnectionOptions, WorkerConnection, WorkerRegistry
-from dispatcher.kinds.trainjob import CLUSTER_RUNTIME, NAMESPACED_RUNTIME, TrainJobKind
+from dispatcher.kinds import JobKind
+from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.informer import Informer, InformerSettings
 from dispatcher.kube.leader import lead
 from dispatcher.kube.resource import SECRETS, Resource
 from dispatcher.kube.workqueue import Result, WorkQueue
 from dispatcher.observability.events import EventRecorder
+from dispatcher.observability.gauges import Gauges, Reading, WorkerReading
 from dispatcher.observability.metrics import Metrics
 from dispatcher.observability.server import HealthServer
-from dispatcher.observability.statusview import (
-    StatusView,
-    WorkerRow,
-    build_view,
-    worker_row,
-)
-from dispatcher.placement.capacity import Capacity, OurJob, capacity, queue_room
+from dispatcher.observability.statusview import StatusView, WorkerRow, build_view, worker_row
+from dispatcher.placement.capacity import Capacity
 from dispatcher.placement.ledger import Ledger
-from dispatcher.placement.scheduler import Decision, WorkerView
+from dispatcher.placement.scheduler import Decision
 from dispatcher.supervision import TaskOwner, guarded
 
 log = logging.getLogger(__name__)
@@ -54,12 +62,219 @@ _GAUGE_INTERVAL_SECONDS = 2.0
 _RESTART_SECONDS = 1.0
 
 
-def _unavailable(worker: WorkerConnection) -> str:
-    if worker.spec.drain:
-        return "draining"
-    if not worker.usable():
-        return f"{worker.reason}: {worker.message}"
-    return "" if worker.collected else "collecting stale mirrors"
+def client_settings(config: DispatcherConfig) -> ClientSettings:
+    cfg = config.client
+    return ClientSettings(qps=cfg.qps, burst=cfg.burst, timeout_seconds=cfg.timeout_seconds)
+
+
+def _registrations(manager: ClusterClient, config: DispatcherConfig, settings: InformerSettings
+                   ) -> tuple[Informer | None, Informer | None]:
+    """The WorkerCluster objects and the Secrets of the dispatcher's namespace (their
+    kubeconfigs), when workers are registered that way."""
+    if not config.workers.from_crd:
+        return None, None
+    return (Informer(Resource(manager, WORKER_CLUSTERS), settings=settings,
+                     name="manager/workerclusters"),
+            Informer(Resource(manager, SECRETS), namespace=config.namespace, settings=settings,
+                     name="manager/secrets"))
+
+
+def _jobs_controller(term: LeaderTerm, *, manager: ClusterClient,
+                     runtimes: dict[str, Informer]) -> JobsController:
+    """The term's jobs controller and its parts: the snapshot reader, the writers on the
+    manager and on the workers, and the ledger's bookkeeper."""
+    cfg, kind, clock, metrics = term.config, term.kind, term.clock, term.metrics
+    reader = SnapshotReader(
+        config=cfg, claim=term.claim, kind=kind, trainjobs=term.trainjobs,
+        records=term.records, runtimes=runtimes, registry=term.registry, ledger=term.ledger,
+        scheduling=term.scheduling, priorities=PriorityCache(manager, clock=clock),
+        clock=clock)
+    return JobsController(
+        config=cfg, claim=term.claim, kind=kind, registry=term.registry, ledger=term.ledger,
+        scheduling=term.scheduling, trainjobs=term.trainjobs, records=term.records,
+        reader=reader,
+        manager=ManagerWriter(kind=kind, trainjobs=term.trainjobs, records=term.records,
+                              events=term.events, metrics=metrics, clock=clock),
+        workers=WorkerWriter(kind=kind, origin=cfg.mirror.origin,
+                             create_namespaces=cfg.workers.create_namespaces, metrics=metrics),
+        bookkeeper=Bookkeeper(kind=kind, origin=cfg.mirror.origin, ledger=term.ledger,
+                              scheduling=term.scheduling, trainjobs=term.trainjobs,
+                              records=term.records, reader=reader),
+        queue=term.queue, events=term.events, metrics=metrics, clock=clock,
+    )
+
+
+class LeaderTerm:
+    """Everything one leadership term runs; `run()` until cancelled, then all of it stops."""
+
+    def __init__(self, *, config: DispatcherConfig, manager: ClusterClient, kind: JobKind,
+                 claim: Claim, ledger: Ledger, capacities: Capacities, metrics: Metrics,
+                 clock: Clock, instance: str) -> None:
+        cfg = self.config = config
+        self.kind = kind
+        self.claim = claim
+        self.ledger = ledger
+        self.capacities = capacities
+        self.metrics = metrics
+        self.clock = clock
+        self.gauges = Gauges(metrics)
+        self.tasks = TaskOwner()
+        """Tasks started from callbacks: garbage collection of a (re)connected worker."""
+        settings = InformerSettings()
+        self.queue = WorkQueue(name="trainjobs")
+        self.trainjobs = Informer(Resource(manager, kind.kind), settings=settings,
+                                  name="manager/trainjobs")
+        runtimes = {name: Informer(Resource(manager, resource), settings=settings,
+                                   name=f"manager/{resource.plural}")
+                    for name, resource in kind.runtime_resources.items()}
+        placements = Informer(Resource(manager, PLACEMENTS), namespace=cfg.namespace,
+                              settings=settings, name="manager/placements")
+        self.records = PlacementRecords(placements)
+        worker_clusters, secrets = _registrations(manager, cfg, settings)
+        self.informers = [self.trainjobs, *runtimes.values(), placements,
+                          *(i for i in (worker_clusters, secrets) if i is not None)]
+        self.registry = WorkerRegistry(
+            options=ConnectionOptions(
+                client_settings=client_settings(cfg), informer_settings=settings,
+                kind=kind, origin=cfg.mirror.origin,
+                probe_interval=cfg.workers.probe_interval_seconds,
+                on_change=self._on_worker_change, observer=metrics.observe_request,
+                on_workload=self._on_workload_news, on_runtime=self._on_worker_runtime),
+            on_mirror_event=self._on_mirror_event, on_mirrors_reset=self._on_mirrors_reset,
+        )
+        self.events = EventRecorder(manager, instance=instance)
+        self.scheduling = SchedulingLoop(
+            ledger=ledger, workers=lambda: capacities.views(self.registry.workers.values()),
+            policy=cfg.placement.policy, strategy=cfg.placement.queueing_strategy,
+            on_decision=self._on_decision, on_pass=metrics.scheduling_passes.inc,
+        )
+        self.jobs = _jobs_controller(self, manager=manager, runtimes=runtimes)
+        self.worker_clusters = WorkerClustersController(
+            config=cfg, registry=self.registry, capacity_of=capacities.of,
+            worker_clusters=worker_clusters, secrets=secrets,
+            missing_runtimes_of=self.scheduling.missing_runtimes)
+        self.gc = GarbageCollector(
+            manager=manager, trainjobs=self.trainjobs, records=self.records,
+            registry=self.registry, kind=kind,
+            origin=cfg.mirror.origin, keep_finished=cfg.mirror.keep_finished,
+            interval=cfg.gc.interval_seconds, metrics=metrics)
+        self.trainjobs.add_handler(self.jobs.on_job_event)
+        placements.add_handler(self.jobs.on_record_event)
+        for runtime_informer in runtimes.values():
+            runtime_informer.add_handler(self.jobs.on_runtime_event)
+        for informer in (worker_clusters, secrets):
+            if informer is not None:
+                informer.add_handler(self.worker_clusters.trigger)
+
+    async def run(self, *, on_ready: Callable[[], None]) -> None:
+        try:
+            async with asyncio.TaskGroup() as group:
+                for informer in self.informers:
+                    group.create_task(informer.run(), name=f"informer/{informer.name}")
+                group.create_task(self._start_when_synced(on_ready),
+                                  name="reconcile-trainjobs")
+                for name, body in (
+                        ("scheduling", self.scheduling.run),
+                        ("workerclusters", self.worker_clusters.run),
+                        ("garbage-collector", self.gc.run), ("events", self.events.run),
+                        ("gauges", functools.partial(self.gauges.run, self.reading,
+                                                     interval=_GAUGE_INTERVAL_SECONDS))):
+                    group.create_task(guarded(name, body, restart_delay=_RESTART_SECONDS),
+                                      name=name)
+        finally:
+            await self.tasks.close()
+            await self.registry.close()
+
+    async def _start_when_synced(self, on_ready: Callable[[], None]) -> None:
+        """Sync caches, connect workers, rebuild the ledger; then reconcile (forever)."""
+        await asyncio.gather(*(i.synced.wait() for i in self.informers))
+        await self.worker_clusters.sync()
+        booked = self.jobs.bookkeeper.rebuild()
+        log.info("caches synced; ledger rebuilt with %d placed jobs", booked)
+        for key in [*self.trainjobs.store, *(r.key for r in self.records.all())]:
+            self.queue.add(key)
+        self.scheduling.ready.set()
+        on_ready()
+        await self.queue.run_workers(self._reconcile, workers=self.config.reconcile_workers)
+
+    async def _reconcile(self, key: str) -> Result:
+        try:
+            result = await self.jobs.reconcile(key)
+        except Exception:
+            self.metrics.reconciles.labels("error").inc()
+            raise
+        self.metrics.reconciles.labels("done" if result.requeue_after is None
+                                       else "requeue").inc()
+        return result
+
+    # ----- callbacks of the workers and the scheduler -----
+
+    def _on_worker_change(self, worker: WorkerConnection) -> None:
+        self.jobs.on_worker_change(worker)
+        self.worker_clusters.trigger()
+        self.gauges.worker_usable(worker.name, worker.usable())
+        if worker.usable() and not worker.collected:
+            self.tasks.start_once(f"worker/{worker.name}/gc-on-connect",
+                                  lambda: self._collect_then_open(worker))
+
+    def _on_mirrors_reset(self, worker: str) -> None:
+        self.ledger.forget_mirrors(worker)
+        self.scheduling.trigger()
+
+    async def _collect_then_open(self, worker: WorkerConnection) -> None:
+        """Collect the worker's stale mirrors, then offer it to the scheduler."""
+        try:
+            await self.gc.collect(worker)
+        except Exception as error:
+            log.warning("collecting stale mirrors on %s failed: %s", worker.name, error,
+                        extra={"worker": worker.name})
+            return
+        worker.collected = True
+        self.scheduling.trigger()
+
+    def _on_mirror_event(self, worker: str, event_type: str, obj: dict[str, Any]) -> None:
+        self.jobs.on_mirror_event(worker, event_type, obj)
+
+    def _on_workload_news(self, worker: str, key: str) -> None:
+        self.jobs.on_workload_news(worker, key)
+
+    def _on_worker_runtime(self, worker: str, event_type: str, obj: dict[str, Any]) -> None:
+        """A runtime came, changed or went on a worker: what its pending jobs need there
+        (or whether they can run there at all) may have changed."""
+        self.jobs.on_runtime_event(event_type, obj)
+
+    def _on_decision(self, decision: Decision) -> None:
+        self.jobs.on_decision(decision.key, placed=decision.worker is not None)
+
+    # ----- what the gauges and the status page read -----
+
+    def reading(self) -> Reading:
+        workers = []
+        for worker in self.registry.workers.values():
+            placed, running = self.jobs.placed_and_running(worker.name)
+            workers.append(WorkerReading(
+                name=worker.name, usable=worker.usable(), placed=placed, running=running,
+                capacity=self.capacities.of(worker),
+                watch_restarts=worker.mirrors.restarts if worker.mirrors else None))
+        return Reading(pending=len(self.scheduling.pending), queue_depth=len(self.queue),
+                       workers=workers, reasons=self.jobs.reasons())
+
+    def status_view_build(self, offset: int, limit: int) -> Callable[[], StatusView]:
+        """The status view's inputs taken now, from the caches, and the build returned to
+        run later, in a thread. The cached objects are replaced on change, never changed
+        in place, so the build sees a consistent set."""
+        workers: list[WorkerRow] = []
+        crd = self.worker_clusters.worker_clusters
+        for worker in self.registry.workers.values():
+            obj = (crd.get(worker.name) if crd else None) or {}
+            status = self.worker_clusters.desired_status(obj, worker)
+            workers.append(worker_row(worker.name, {"cordoned": worker.spec.cordoned,
+                                                    "drain": worker.spec.drain}, status))
+        return functools.partial(
+            build_view, workers=workers, jobs=list(self.trainjobs.store.values()),
+            claim=self.claim, kind=self.kind,
+            priorities={p.key: p.priority for p in self.scheduling.pending.values()},
+            events=list(self.events.recent), offset=offset, limit=limit)
 
 
 class Dispatcher:
@@ -71,24 +286,44 @@ class Dispatcher:
         self.config = config
         self.clock = clock or SystemClock()
         self.kind = TrainJobKind()
+        self.claim = Claim(config.claim)
         self.instance = instance or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.metrics = Metrics()
         self.ready = asyncio.Event()
         self.server: HealthServer | None = None
-        self.jobs: JobsController | None = None
-        self.registry: WorkerRegistry | None = None
         self.ledger = Ledger()
+        self.capacities = Capacities(ledger=self.ledger, kind=self.kind,
+                                     origin=config.mirror.origin)
         self.leading = False
+        self.term: LeaderTerm | None = None
+        """The current (or last) leadership term; None while this replica never led."""
         self._manager_kubeconfig = manager_kubeconfig
-        self._gc: GarbageCollector | None = None
-        self._worker_clusters: WorkerClustersController | None = None
-        self._scheduling: SchedulingLoop | None = None
-        self._tasks = TaskOwner()
-        """Tasks started from callbacks: garbage collection of a (re)connected worker."""
-        self._events: EventRecorder | None = None
+
+    @property
+    def registry(self) -> WorkerRegistry | None:
+        return self.term.registry if self.term is not None else None
+
+    @property
+    def jobs(self) -> JobsController | None:
+        return self.term.jobs if self.term is not None else None
+
+    def capacity_of(self, worker: WorkerConnection) -> Capacity:
+        """The worker's quota, what we and others use of it, and what is free."""
+        return self.capacities.of(worker)
+
+    def status_view(self, offset: int = 0, limit: int = 50) -> StatusView:
+        """The status page's view from the caches (the jobs this dispatcher claims); what
+        `dispatcher jobs` and `dispatcher cluster list` would show from the objects."""
+        return self.status_view_build(offset, limit)()
+
+    def status_view_build(self, offset: int = 0, limit: int = 50) -> Callable[[], StatusView]:
+        if self.term is None:
+            return functools.partial(build_view, workers=[], jobs=[], claim=self.claim,
+                                     kind=self.kind, offset=offset, limit=limit)
+        return self.term.status_view_build(offset, limit)
 
     async def _manager_client(self) -> ClusterClient:
-        settings = self._client_settings()
+        settings = client_settings(self.config)
         observer = self.metrics.observe_request
         if self._manager_kubeconfig is not None:
             return await ClusterClient.from_kubeconfig(
@@ -102,182 +337,6 @@ class Dispatcher:
                 name="manager", kubeconfig=kubeconfig, settings=settings, observer=observer)
         return await ClusterClient.in_cluster(name="manager", settings=settings,
                                               observer=observer)
-
-    def _client_settings(self) -> ClientSettings:
-        cfg = self.config.client
-        return ClientSettings(qps=cfg.qps, burst=cfg.burst, timeout_seconds=cfg.timeout_seconds)
-
-    def capacity_of(self, worker: WorkerConnection) -> Capacity:
-        """The worker's quota, what we and others use of it, and what is free."""
-        booked = self.ledger.used(worker.name)
-        kueue = worker.kueue
-        queue = kueue.queues.get(kueue.cluster_queue) if kueue is not None else None
-        if kueue is None or queue is None:
-            return capacity(declared=worker.spec.quota, booked=booked)
-        ours = []
-        for holding in self.ledger.holdings(worker.name):
-            mirror = worker.mirrors.get(holding.key) if worker.mirrors is not None else None
-            reservation = None
-            if mirror is not None and self.kind.is_ours(
-                    mirror, manager_uid=holding.uid, origin=self.config.mirror.origin):
-                reservation = kueue.reservation_of(mirror["metadata"].get("uid", ""))
-            ours.append(OurJob(booked=holding.demand, reservation=reservation))
-        room = queue_room(queue, kueue.queues, kueue.reserved, ours)
-        return capacity(declared=worker.spec.quota, booked=booked, room=room)
-
-    def _worker_views(self) -> list[WorkerView]:
-        assert self.registry is not None
-        views = []
-        for worker in self.registry.workers.values():
-            spec = worker.spec
-            room = self.capacity_of(worker)
-            views.append(WorkerView(
-                name=worker.name, quota=room.ceiling, used=room.scheduler_used,
-                labels=spec.labels,
-                active=worker.usable() and worker.collected,
-                cordoned=spec.cordoned or spec.drain, unavailable=_unavailable(worker),
-                priority_classes=worker.kueue.priority_classes if worker.kueue else None,
-            ))
-        return views
-
-    def status_view(self, offset: int = 0, limit: int = 50) -> StatusView:
-        """The status page's view from the caches (the jobs this dispatcher claims); what
-        `dispatcher jobs` and `dispatcher cluster list` would show from the objects."""
-        return self.status_view_build(offset, limit)()
-
-    def status_view_build(self, offset: int = 0, limit: int = 50) -> Callable[[], StatusView]:
-        """`status_view` in two steps: its inputs taken now, from the caches, and the build
-        returned to run later, in a thread. The cached objects are replaced on change,
-        never changed in place, so the build sees a consistent set."""
-        workers: list[WorkerRow] = []
-        jobs: list[dict[str, Any]] = []
-        priorities: dict[str, int] = {}
-        if self.registry is not None and self._worker_clusters is not None:
-            crd = self._worker_clusters.worker_clusters
-            for worker in self.registry.workers.values():
-                obj = (crd.get(worker.name) if crd else None) or {}
-                status = self._worker_clusters.desired_status(obj, worker)
-                workers.append(worker_row(worker.name, {"cordoned": worker.spec.cordoned,
-                                                        "drain": worker.spec.drain}, status))
-        if self.jobs is not None and self._scheduling is not None:
-            jobs = [j for j in self.jobs.trainjobs.store.values() if self.jobs.claimed(j)]
-            priorities = {p.key: p.priority for p in self._scheduling.pending.values()}
-        return functools.partial(
-            build_view, workers=workers, jobs=jobs, managed_by=self.config.claim.managed_by,
-            priorities=priorities, events=list(self._events.recent) if self._events else [],
-            offset=offset, limit=limit)
-
-    def _on_worker_change(self, worker: WorkerConnection) -> None:
-        assert self.jobs is not None and self._worker_clusters is not None
-        self.jobs.on_worker_change(worker)
-        self._worker_clusters.trigger()
-        self.metrics.worker_active.labels(worker.name).set(1 if worker.active else 0)
-        if worker.usable() and not worker.collected:
-            self._tasks.start_once(f"worker/{worker.name}/gc-on-connect",
-                                   lambda: self._collect_then_open(worker))
-
-    def _on_mirrors_reset(self, worker: str) -> None:
-        assert self._scheduling is not None
-        self.ledger.forget_mirrors(worker)
-        self._scheduling.trigger()
-
-    async def _collect_then_open(self, worker: WorkerConnection) -> None:
-        """Collect the worker's stale mirrors, then offer it to the scheduler."""
-        assert self._gc is not None and self._scheduling is not None
-        try:
-            await self._gc.collect(worker)
-        except Exception as error:
-            log.warning("collecting stale mirrors on %s failed: %s", worker.name, error,
-                        extra={"worker": worker.name})
-            return
-        worker.collected = True
-        self._scheduling.trigger()
-
-    def _on_mirror_event(self, worker: str, event_type: str, obj: dict[str, Any]) -> None:
-        assert self.jobs is not None
-        self.jobs.on_mirror_event(worker, event_type, obj)
-
-    def _on_workload_news(self, worker: str, key: str) -> None:
-        assert self.jobs is not None
-        self.jobs.on_workload_news(worker, key)
-
-    def _on_worker_runtime(self, worker: str, event_type: str, obj: dict[str, Any]) -> None:
-        """A runtime came, changed or went on a worker: what its pending jobs need there
-        (or whether they can run there at all) may have changed."""
-        assert self.jobs is not None
-        self.jobs.on_runtime_event(event_type, obj)
-
-    def _on_decision(self, decision: Decision) -> None:
-        assert self.jobs is not None
-        self.jobs.on_decision(decision.key, placed=decision.worker is not None)
-
-    def _refresh_gauges(self) -> None:
-        assert self.registry is not None and self.jobs is not None
-        assert self._scheduling is not None
-        m = self.metrics
-        m.pending_jobs.set(len(self._scheduling.pending))
-        m.jobs.clear()
-        m.jobs.labels("pending", "").set(len(self._scheduling.pending))
-        for worker in self.registry.workers.values():
-            bookings = self.ledger.jobs_on(worker.name)
-            running = 0
-            for booking in bookings:
-                job = self.jobs.trainjobs.get(booking.key)
-                status = (job or {}).get("status") or {}
-                if any(js.get("active") for js in status.get("jobsStatus") or []):
-                    running += 1
-            m.jobs.labels("placed", worker.name).set(len(bookings))
-            m.jobs.labels("running", worker.name).set(running)
-            m.worker_active.labels(worker.name).set(1 if worker.usable() else 0)
-            room = self.capacity_of(worker)
-            quota, free = room.quota or {}, room.free or {}
-            ours, others = room.used_by_us, room.used_by_others
-            for name in set(quota) | set(ours) | set(others):
-                m.worker_used.labels(worker.name, name).set(float(ours.get(name, 0)))
-                m.worker_used_by_others.labels(worker.name, name).set(
-                    float(others.get(name, 0)))
-                if name in quota:
-                    m.worker_quota.labels(worker.name, name).set(float(quota[name]))
-                    m.worker_free.labels(worker.name, name).set(float(free.get(name, 0)))
-            if worker.mirrors is not None:
-                m.watch_restarts.labels(worker.name).set(worker.mirrors.restarts)
-        m.queue_depth.set(len(self.jobs.queue))
-        m.jobs_by_reason.clear()
-        for reason, count in self.jobs.reasons().items():
-            m.jobs_by_reason.labels(reason).set(count)
-
-    async def _gauges(self) -> None:
-        while True:
-            try:
-                self._refresh_gauges()
-            except Exception:
-                log.exception("refreshing gauges failed")
-            await asyncio.sleep(_GAUGE_INTERVAL_SECONDS)
-
-    async def _start_when_synced(self, informers: list[Informer], queue: WorkQueue) -> None:
-        """Sync caches, connect workers, rebuild the ledger; then reconcile (forever)."""
-        assert self.jobs is not None and self._scheduling is not None
-        assert self._worker_clusters is not None
-        await asyncio.gather(*(i.synced.wait() for i in informers))
-        await self._worker_clusters.sync()
-        booked = self.jobs.rebuild_ledger()
-        log.info("caches synced; ledger rebuilt with %d placed jobs", booked)
-        for key in [*self.jobs.trainjobs.store, *(r.key for r in self.jobs.records.all())]:
-            self.jobs.queue.add(key)
-        self._scheduling.ready.set()
-        self.ready.set()
-        await queue.run_workers(self._reconcile, workers=self.config.reconcile_workers)
-
-    async def _reconcile(self, key: str) -> Result:
-        assert self.jobs is not None
-        try:
-            result = await self.jobs.reconcile(key)
-        except Exception:
-            self.metrics.reconciles.labels("error").inc()
-            raise
-        self.metrics.reconciles.labels("done" if result.requeue_after is None
-                                       else "requeue").inc()
-        return result
 
     async def run(self) -> None:
         """Serve health and metrics; work (alone, or while holding the Lease)."""
@@ -313,78 +372,9 @@ class Dispatcher:
         self.metrics.leader.set(1 if leading else 0)
 
     async def _work(self, manager: ClusterClient) -> None:
-        """Everything a leader does: caches, workers, ledger, controllers."""
-        cfg = self.config
-        informer_settings = InformerSettings()
-        kind = self.kind
-        queue = WorkQueue(name="trainjobs")
-        trainjobs = Informer(Resource(manager, kind.kind), settings=informer_settings,
-                             name="manager/trainjobs")
-        cluster_runtimes = Informer(Resource(manager, CLUSTER_TRAINING_RUNTIMES),
-                                    settings=informer_settings,
-                                    name="manager/clustertrainingruntimes")
-        runtimes = Informer(Resource(manager, TRAINING_RUNTIMES), settings=informer_settings,
-                            name="manager/trainingruntimes")
-        placements = Informer(Resource(manager, PLACEMENTS), namespace=cfg.namespace,
-                              settings=informer_settings, name="manager/placements")
-        records = PlacementRecords(placements)
-        informers = [trainjobs, cluster_runtimes, runtimes, placements]
-        worker_clusters = secrets = None
-        if cfg.workers.from_crd:
-            worker_clusters = Informer(Resource(manager, WORKER_CLUSTERS),
-                                       settings=informer_settings, name="manager/workerclusters")
-            secrets = Informer(Resource(manager, SECRETS), namespace=cfg.namespace,
-                               settings=informer_settings, name="manager/secrets")
-            informers += [worker_clusters, secrets]
-        self.registry = WorkerRegistry(
-            options=ConnectionOptions(
-                client_settings=self._client_settings(), informer_settings=informer_settings,
-                kind=kind, origin=cfg.mirror.origin,
-                probe_interval=cfg.workers.probe_interval_seconds,
-                on_change=self._on_worker_change, observer=self.metrics.observe_request,
-                on_workload=self._on_workload_news, on_runtime=self._on_worker_runtime),
-            on_mirror_event=self._on_mirror_event, on_mirrors_reset=self._on_mirrors_reset,
-        )
-        events = self._events = EventRecorder(manager, instance=self.instance)
-        self._scheduling = SchedulingLoop(
-            ledger=self.ledger, workers=self._worker_views, policy=cfg.placement.policy,
-            strategy=cfg.placement.queueing_strategy,
-            on_decision=self._on_decision, on_pass=self.metrics.scheduling_passes.inc,
-        )
-        self.jobs = JobsController(
-            config=cfg, manager=manager, registry=self.registry, kind=kind, ledger=self.ledger,
-            scheduling=self._scheduling, trainjobs=trainjobs, records=records,
-            runtimes={CLUSTER_RUNTIME: cluster_runtimes, NAMESPACED_RUNTIME: runtimes},
-            queue=queue, events=events, metrics=self.metrics, clock=self.clock,
-        )
-        self._worker_clusters = WorkerClustersController(
-            config=cfg, registry=self.registry, capacity_of=self.capacity_of,
-            worker_clusters=worker_clusters, secrets=secrets,
-            missing_runtimes_of=self._scheduling.missing_runtimes)
-        self._gc = GarbageCollector(
-            manager=manager, trainjobs=trainjobs, records=records, registry=self.registry,
-            kind=kind,
-            origin=cfg.mirror.origin, keep_finished=cfg.mirror.keep_finished,
-            interval=cfg.gc.interval_seconds, metrics=self.metrics)
-        trainjobs.add_handler(self.jobs.on_job_event)
-        placements.add_handler(self.jobs.on_record_event)
-        cluster_runtimes.add_handler(self.jobs.on_runtime_event)
-        runtimes.add_handler(self.jobs.on_runtime_event)
-        for informer in (worker_clusters, secrets):
-            if informer is not None:
-                informer.add_handler(self._worker_clusters.trigger)
-        try:
-            async with asyncio.TaskGroup() as group:
-                for informer in informers:
-                    group.create_task(informer.run(), name=f"informer/{informer.name}")
-                group.create_task(self._start_when_synced(informers, queue),
-                                  name="reconcile-trainjobs")
-                for name, body in (("scheduling", self._scheduling.run),
-                                   ("workerclusters", self._worker_clusters.run),
-                                   ("garbage-collector", self._gc.run),
-                                   ("events", events.run), ("gauges", self._gauges)):
-                    group.create_task(guarded(name, body, restart_delay=_RESTART_SECONDS),
-                                      name=name)
-        finally:
-            await self._tasks.close()
-            await self.registry.close()
+        """One leadership term: caches, workers, ledger, controllers."""
+        self.term = LeaderTerm(
+            config=self.config, manager=manager, kind=self.kind, claim=self.claim,
+            ledger=self.ledger, capacities=self.capacities, metrics=self.metrics,
+            clock=self.clock, instance=self.instance)
+        await self.term.run(on_ready=self.ready.set)

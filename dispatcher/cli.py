@@ -19,7 +19,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
 from dispatcher.config import DispatcherConfig
 
 
@@ -92,7 +91,11 @@ def _admin_parsers(commands: Any) -> None:
     jobs = commands.add_parser("jobs", help="claimed TrainJobs: where they run, why they wait")
     jobs.add_argument("--kubeconfig", type=Path, help="the manager's kubeconfig")
     jobs.add_argument("-n", "--job-namespace", dest="job_namespace", default=None)
-    jobs.add_argument("--managed-by", default=MANAGED_BY_MULTIKUEUE)
+    jobs.add_argument("--config", type=Path, default=None,
+                      help="the dispatcher's configuration file: its claim group says which "
+                           "jobs it claims (default: the defaults and DISPATCHER_ variables)")
+    jobs.add_argument("--managed-by", default=None,
+                      help="the spec.managedBy value claimed (default: the configuration's)")
     jobs.add_argument("--limit", type=int, default=None,
                       help="show at most this many jobs per table (default all)")
 
@@ -101,11 +104,15 @@ async def _admin(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from dispatcher import admin_cli as a
+    from dispatcher.claim import Claim
 
     console = Console()
     if args.command == "jobs":
+        claim = load_config(args.config).claim
+        if args.managed_by:
+            claim = claim.model_copy(update={"managed_by": args.managed_by})
         return await a.with_manager(args.kubeconfig, lambda m: a.jobs_list(
-            m, namespace=args.job_namespace, managed_by=args.managed_by, console=console,
+            m, namespace=args.job_namespace, claim=Claim(claim), console=console,
             limit=args.limit))
     verb = args.verb
     if verb == "add":

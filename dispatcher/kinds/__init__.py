@@ -54,7 +54,12 @@ class JobKind(Protocol):
         ...
 
     def failed(self, finished: JSON) -> bool: ...
-    def running(self, remote: JSON | None) -> bool: ...
+
+    def running(self, remote: JSON | None) -> bool:
+        """Whether the job runs, read from its status: a mirror's, or a manager job's (a
+        copy of its mirror's). The one "running" rule: the metrics, the status page and
+        the CLI all ask it."""
+        ...
 
     def suspended(self, remote: JSON) -> bool:
         """Whether the mirror is held from running (by the worker's Kueue, until it

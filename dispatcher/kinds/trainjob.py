@@ -1,12 +1,13 @@
 """Kubeflow TrainJobs (`trainer.kubeflow.org/v1alpha1`) as a job kind.
 
 The runtime is the ClusterTrainingRuntime or TrainingRuntime of `spec.runtimeRef`; the
-demand is `placement.demand` of the two. A mirror has the job's namespace, name and spec
-without `managedBy` (so the worker's own trainer runs it) and without the runtime patch a
-manager-side Kueue adds (the worker's Kueue adds its own), the origin label and the
-manager's UID. It runs while a replicated job has a ready pod (a Pending pod is active,
-not running), ends with a True `Complete` or `Failed` condition, and was evicted by the
-worker when it is suspended after it started (the dispatcher never suspends a mirror; it deletes it).
+demand is `kinds.trainjob_demand` of the two. A mirror has the job's namespace, name and
+spec without `managedBy` (so the worker's own trainer runs it) and without the runtime
+patch a manager-side Kueue adds (the worker's Kueue adds its own), the origin label and
+the manager's UID. It runs while a replicated job has a ready pod (a Pending pod is
+active, not running), ends with a True `Complete` or `Failed` condition, and was evicted
+by the worker when it is suspended after it started (the dispatcher never suspends a
+mirror; it deletes it).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dispatcher.api.trainer import (
     TRAINJOBS,
     VERSION,
 )
-from dispatcher.placement.demand import demand_with_spec, parse_runtime
+from dispatcher.kinds.trainjob_demand import demand_with_spec, parse_runtime
 from dispatcher.placement.options import DemandMode
 
 JSON = dict[str, Any]

@@ -28,7 +28,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,8 +46,9 @@ ConnectionHandler = Callable[[Exception | None], None]
 """Called with None when the informer is synced and watching, with the error otherwise."""
 
 
-def object_key(obj: JSON) -> str:
-    """`namespace/name` for namespaced objects, `name` for cluster-scoped ones."""
+def object_key(obj: Mapping[str, Any]) -> str:
+    """`namespace/name` for namespaced objects, `name` for cluster-scoped ones: the key of
+    the caches, and so of the work queue (one job key everywhere)."""
     metadata = obj["metadata"]
     namespace = metadata.get("namespace")
     return f"{namespace}/{metadata['name']}" if namespace else str(metadata["name"])

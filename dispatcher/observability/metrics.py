@@ -61,9 +61,12 @@ class Metrics:
             "dispatcher_quota_wait_seconds",
             "Time a job waited in the queue before it was placed.",
             buckets=_WAIT_BUCKETS, registry=r)
-        self.worker_active = Gauge("dispatcher_worker_active",
-                                   "1 when the worker is connected and usable.",
-                                   ["worker"], registry=r)
+        self.worker_active = Gauge(
+            "dispatcher_worker_active",
+            "1 when the worker is usable: connected, healthy (probe and watches) and its "
+            "caches synced, so mirrors may be created there; 0 otherwise (connecting, "
+            "unreachable, refused credentials, missing CRD or queue, ...).",
+            ["worker"], registry=r)
         self.worker_quota = Gauge("dispatcher_worker_quota", "Quota per worker and resource.",
                                   ["worker", "resource"], registry=r)
         self.worker_used = Gauge("dispatcher_worker_used",

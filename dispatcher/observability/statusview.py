@@ -5,14 +5,15 @@ One pure function, `build_view`, turns plain objects into the view that the stat
 `dispatcher cluster list` all show, so the three never disagree:
 - workers come as a name, spec flags and a status in the WorkerCluster status shape;
   the CLI passes what it lists, the page what the dispatcher would write right now;
-- jobs are the manager's TrainJob objects (the CLI's list, the page's cache), read
-  through `job_state`, the one-line story the demo and the CLI also tell;
+- jobs are the manager's TrainJob objects (the CLI's list, the page's cache): those
+  the one claim rule (`dispatcher.claim`) claims, read through `job_state`, the
+  one-line story the demo and the CLI also tell;
 - activity is the dispatcher's Events (`events.k8s.io/v1`): listed by the CLI, kept in
   memory by the page.
 
-The queue is ordered as the scheduler orders it (priority, then creation time, then
-key); a view holds one page of it and of the placed jobs, plus counts per state, reason
-and namespace, so it stays small with 10,000 jobs.
+The queue is ordered by the scheduler's own order (`placement.scheduler.queue_order`:
+priority, then creation time, then key); a view holds one page of it and of the placed
+jobs, plus counts per state, reason and namespace, so it stays small with 10,000 jobs.
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ from fractions import Fraction
 from typing import Any
 
 from dispatcher.api import constants as c
-from dispatcher.api import jobstate as js
-from dispatcher.api.jobstate import JobState, job_state
+from dispatcher.claim import Claim
+from dispatcher.kinds import JobKind
+from dispatcher.kube.informer import object_key
+from dispatcher.observability import jobstate as js
+from dispatcher.observability.jobstate import JobState, job_state
 from dispatcher.placement.quantity import QuantityError, parse_quantity
+from dispatcher.placement.scheduler import queue_order
 
 JSON = dict[str, Any]
 QUEUED_STATES = frozenset({
@@ -40,7 +45,6 @@ QUEUED_STATES = frozenset({
 """States of a job in the queue: the scheduler considers it on every pass. Held jobs
 (Unschedulable, RuntimeNotFound, Suspended) wait for a change, not for quota."""
 PLACED_STATES = frozenset({js.STATE_PLACED, js.STATE_RUNNING})
-FINAL_STATES = frozenset({js.STATE_COMPLETE, js.STATE_FAILED})
 _POSITION_NOTE = re.compile(r" \(position \d+ in the queue\)$")
 """The position the Dispatched message had when written; the view gives the current one."""
 TOP_NAMESPACES = 20
@@ -177,10 +181,6 @@ def activity_from_event(event: Mapping[str, Any]) -> Activity:
     )
 
 
-def job_key(job: Mapping[str, Any]) -> str:
-    return f"{job['metadata'].get('namespace', '')}/{job['metadata']['name']}"
-
-
 def _dispatched_reason(job: Mapping[str, Any]) -> str:
     for cond in (job.get("status") or {}).get("conditions") or []:
         if cond.get("type") == c.CONDITION_DISPATCHED:
@@ -217,15 +217,17 @@ def build_view(
     *,
     workers: Iterable[WorkerRow],
     jobs: Iterable[Mapping[str, Any]],
-    managed_by: str,
+    claim: Claim,
+    kind: JobKind,
     priorities: Mapping[str, int] | None = None,
     events: Iterable[Mapping[str, Any]] = (),
     offset: int = 0,
     limit: int | None = 50,
     recent: int = 20,
 ) -> StatusView:
-    """The whole view; `priorities` maps a job key to its priority (default 0), `offset`
-    and `limit` page the queue (and the other job lists), `recent` caps the activity."""
+    """The whole view of the `jobs` that `claim` claims; `priorities` maps a job key to
+    its priority (default 0), `offset` and `limit` page the queue (and the other job
+    lists), `recent` caps the activity."""
     priorities = priorities or {}
     queued: list[tuple[tuple[int, str, str], Mapping[str, Any], JobState]] = []
     placed: list[tuple[tuple[str, str, str], Mapping[str, Any], JobState]] = []
@@ -234,23 +236,24 @@ def build_view(
     by_reason: Counter[str] = Counter()
     by_namespace: Counter[str] = Counter()
     for job in jobs:
-        if (job.get("spec") or {}).get("managedBy") != managed_by:
+        if not claim.claims(job):
             continue
-        state = job_state(dict(job), managed_by=managed_by)
+        state = job_state(job, claim=claim, kind=kind)
         metadata = job["metadata"]
         namespace, name = str(metadata.get("namespace", "")), str(metadata["name"])
         by_state[state.state] += 1
         by_namespace[namespace] += 1
         if state.state in QUEUED_STATES:
-            key = f"{namespace}/{name}"
-            order = (-priorities.get(key, 0), metadata.get("creationTimestamp", ""), key)
+            key = object_key(job)
+            order = queue_order(priority=priorities.get(key, 0),
+                                created=str(metadata.get("creationTimestamp", "")), key=key)
             queued.append((order, job, state))
             by_reason[_dispatched_reason(job) or js.STATE_PENDING] += 1
         elif state.state in PLACED_STATES:
             placed.append(((state.worker, namespace, name), job, state))
         else:
-            others.append(((state.state in FINAL_STATES, namespace, name), job, state))
-            if state.state not in FINAL_STATES:
+            others.append(((state.finished, namespace, name), job, state))
+            if not state.finished:
                 by_reason[_dispatched_reason(job) or state.state] += 1
     activity = sorted((activity_from_event(e) for e in events), key=lambda a: a.time,
                       reverse=True)[:recent]

@@ -16,15 +16,22 @@ the metrics, so they never disagree.
 `queue_room` counts our mirrors exactly once: a Workload that belongs to a booked mirror
 is replaced by the booking (never both), and a booking whose mirror Kueue has not yet
 admitted (or whose admission is not yet seen) is counted all the same.
+
+`worker_capacity` is the whole computation for one worker from its inputs: the declared
+quota, the ledger's holdings there and, with a ClusterQueue, the worker's queues and the
+reservation each holding's Workload has (`controllers/capacity.py` reads them from the
+worker's caches).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Protocol
 
 from dispatcher.placement import resources
+from dispatcher.placement.ledger import Holding, Ledger
 from dispatcher.placement.live_quota import QueueQuota, Reservation, available, potential
 
 Vector = dict[str, Fraction]
@@ -117,3 +124,38 @@ def capacity(*, declared: Vector | None, booked: Vector,
                     used_by_others=room.used_by_others,
                     free={name: max(Fraction(0), amount) for name, amount in free.items()},
                     ceiling=cap(declared, room.ceiling))
+
+
+class Queues(Protocol):
+    """A worker's Kueue as its capacity reads it."""
+
+    @property
+    def cluster_queue(self) -> str:
+        """The ClusterQueue the worker's mirrors are admitted through."""
+        ...
+
+    @property
+    def queues(self) -> Mapping[str, QueueQuota]:
+        """The worker's ClusterQueues by name, as last listed."""
+        ...
+
+    @property
+    def reserved(self) -> Mapping[str, Vector]:
+        """ClusterQueue -> what all its Workloads hold, ours included."""
+        ...
+
+
+def worker_capacity(*, worker: str, declared: Vector | None, ledger: Ledger,
+                    kueue: Queues | None,
+                    reservation_of: Callable[[Holding], Reservation | None]) -> Capacity:
+    """The capacity of `worker`: without a listed ClusterQueue the declared quota minus
+    the ledger; with one, its room (`queue_room`) with each holding of ours counted at
+    the larger of the holding and the reservation its Workload has (`reservation_of`)."""
+    booked = ledger.used(worker)
+    queue = kueue.queues.get(kueue.cluster_queue) if kueue is not None else None
+    if kueue is None or queue is None:
+        return capacity(declared=declared, booked=booked)
+    ours = [OurJob(booked=holding.demand, reservation=reservation_of(holding))
+            for holding in ledger.holdings(worker)]
+    return capacity(declared=declared, booked=booked,
+                    room=queue_room(queue, kueue.queues, kueue.reserved, ours))

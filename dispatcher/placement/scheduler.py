@@ -44,6 +44,12 @@ def _match_all(labels: Mapping[str, str]) -> bool:
     return True
 
 
+def queue_order(*, priority: int, created: str, key: str) -> tuple[int, str, str]:
+    """The queue's order, for the scheduler and for everyone who shows the queue:
+    priority (higher first), then creation time, then key."""
+    return (-priority, created, key)
+
+
 @dataclass(frozen=True)
 class PendingJob:
     key: str
@@ -62,7 +68,7 @@ class PendingJob:
     """Worker -> why the job cannot run there ("has no ClusterTrainingRuntime 'x'")."""
 
     def order(self) -> tuple[int, str, str]:
-        return (-self.priority, self.created, self.key)
+        return queue_order(priority=self.priority, created=self.created, key=self.key)
 
     def demand_of(self, worker: str) -> dict[str, Fraction]:
         return self.demand_on.get(worker, self.demand)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from devkit.factories import trainjob
-from dispatcher.placement.demand import DemandError, trainjob_demand
+from dispatcher.kinds.trainjob_demand import DemandError, trainjob_demand
 from dispatcher.placement.options import DemandMode
 from dispatcher.placement.quantity import parse_quantity as q
 

@@ -9,6 +9,9 @@ from typing import Any
 from devkit.factories import condition, trainjob
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
+from dispatcher.claim import Claim
+from dispatcher.config import ClaimConfig
+from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.observability.statusview import (
     activity_from_event,
     build_view,
@@ -16,11 +19,15 @@ from dispatcher.observability.statusview import (
     worker_row_from_object,
 )
 
+RULES: dict[str, Any] = {"claim": Claim(ClaimConfig()), "kind": TrainJobKind()}
+
 
 def job(name: str, *, namespace: str = "team", created: str = "2026-12-01T10:00:00Z",
         reason: str | None = None, worker: str | None = None, running: bool = False,
-        final: str | None = None) -> dict[str, Any]:
+        final: str | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
     obj = trainjob(name, namespace, managed_by=MANAGED_BY_MULTIKUEUE)
+    if labels:
+        obj["metadata"]["labels"] = labels
     obj["metadata"]["creationTimestamp"] = created
     conditions = []
     if reason is not None:
@@ -49,7 +56,7 @@ def test_the_queue_is_in_scheduler_order_with_positions_and_held_jobs_apart() ->
         job("done", worker="worker-b", final="Complete"),
         trainjob("someone-elses", "team"),
     ]
-    view = build_view(workers=[], jobs=jobs, managed_by=MANAGED_BY_MULTIKUEUE,
+    view = build_view(workers=[], jobs=jobs, **RULES,
                       priorities={"team/urgent": 100})
     assert [(r.position, r.name) for r in view.queue.items] == [
         (1, "urgent"), (2, "new"), (3, "early"), (4, "late")]
@@ -65,11 +72,26 @@ def test_the_queue_is_in_scheduler_order_with_positions_and_held_jobs_apart() ->
     assert view.by_namespace == {"team": 7}
 
 
+def test_the_view_shows_only_what_the_claim_rule_claims() -> None:
+    claim = Claim(ClaimConfig(namespaces=["team"], label_selector="queue=gpu"))
+    jobs = [job("ours", labels={"queue": "gpu"}), job("unlabelled"),
+            job("elsewhere", namespace="other", labels={"queue": "gpu"})]
+    view = build_view(workers=[], jobs=jobs, claim=claim, kind=TrainJobKind())
+    assert [r.name for r in view.queue.items] == ["ours"]
+    assert view.by_state == {"Pending": 1} and view.by_namespace == {"team": 1}
+
+
+def test_a_job_whose_pods_are_ready_runs_as_the_kind_says() -> None:
+    ready = job("ready", worker="worker-a")
+    ready["status"] = {"jobsStatus": [{"name": "node", "active": 0, "ready": 1}]}
+    view = build_view(workers=[], jobs=[ready], **RULES)
+    assert [(r.name, r.state) for r in view.placed.items] == [("ready", "Running")]
+
+
 def test_the_queue_is_paged_and_namespaces_summarised() -> None:
     jobs = [job(f"j{i:03d}", namespace=f"ns{i % 30:02d}", created=f"2026-12-01T10:{i // 60:02d}:"
                 f"{i % 60:02d}Z", reason=c.REASON_WAITING_FOR_QUOTA) for i in range(120)]
-    view = build_view(workers=[], jobs=jobs, managed_by=MANAGED_BY_MULTIKUEUE, offset=50,
-                      limit=20)
+    view = build_view(workers=[], jobs=jobs, **RULES, offset=50, limit=20)
     assert view.queue.total == 120 and view.queue.offset == 50
     assert [r.position for r in view.queue.items] == list(range(51, 71))
     assert view.queue.items[0].name == "j050"
@@ -97,8 +119,7 @@ def test_recent_activity_is_newest_first_and_capped() -> None:
     events = [{"eventTime": f"2026-12-01T10:00:{s:02d}.000000Z", "reason": c.REASON_PLACED,
                "note": f"mirror created on worker-a ({s})", "type": "Normal",
                "regarding": {"namespace": "team", "name": f"j{s}"}} for s in range(30)]
-    view = build_view(workers=[], jobs=[], managed_by=MANAGED_BY_MULTIKUEUE, events=events,
-                      recent=5)
+    view = build_view(workers=[], jobs=[], **RULES, events=events, recent=5)
     assert [a.name for a in view.recent] == ["j29", "j28", "j27", "j26", "j25"]
     assert activity_from_event(events[0]).message == "mirror created on worker-a (0)"
 
@@ -116,7 +137,7 @@ def test_ten_thousand_jobs_make_a_small_view_quickly() -> None:
     workers = [worker_row(f"worker-{i}", {}, {"quota": {"cpu": "64"}, "used": {"cpu": "60"}})
                for i in range(3)]
     started = time.perf_counter()
-    view = build_view(workers=workers, jobs=jobs, managed_by=MANAGED_BY_MULTIKUEUE)
+    view = build_view(workers=workers, jobs=jobs, **RULES)
     body = json.dumps(view.to_json(), separators=(",", ":"))
     elapsed = time.perf_counter() - started
     assert view.queue.total == 7500 and view.placed.total == 2500

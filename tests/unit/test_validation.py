@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from devkit.factories import trainjob
 from dispatcher.api import constants as c
-from dispatcher.placement.demand import DemandError, trainjob_demand
+from dispatcher.kinds.trainjob_demand import DemandError, trainjob_demand
 from dispatcher.placement.ledger import Booking, Ledger, LedgerError
 from dispatcher.placement.quantity import QuantityError, parse_quantity
 from dispatcher.placement.validation import MAX_AMOUNT, checked_vector_text

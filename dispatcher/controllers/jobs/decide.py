@@ -2,14 +2,16 @@
 
 No I/O and no clock of its own: the snapshot carries the time it was read. Where a job
 is placed is its Placement record's word (never its annotations or finalizer, which any
-user who may edit the job can write), and a live mirror on a worker is a fact. The rows,
-in the order they are tried (`docs/architecture.md` draws the same arrows):
+user who may edit the job can write), and a live mirror on a worker is a fact. The
+actions are in `actions.py`; the rows, in the order they are tried
+(`docs/architecture.md` draws the same arrows, `tests/unit/test_decide.py` tests them):
 
 - a leftover record of this name (its job gone, re-created or no longer claimed) ->
   delete its mirror (while the worker can be reached; a worker lost past the timeout is
-  given up on), drop the finalizer of a job no longer claimed, then delete the record:
-  its quota is released only then, once nothing runs;
-- gone or not claimed -> forget it;
+  given up on), drop the finalizer of a job no longer claimed, then delete the record
+  (telling a job no longer claimed why its mirror went): its quota is released only
+  then, once nothing runs;
+- no job this dispatcher claims (gone, or not claimed) -> forget it;
 - deleted on the manager -> delete the mirror (while the worker can be reached), then
   the record, then drop the finalizer; a worker lost past the timeout is given up on
   (the GC cleans up);
@@ -21,7 +23,7 @@ in the order they are tried (`docs/architecture.md` draws the same arrows):
   so an earlier version's mirror is adopted, never doubled;
 - the job's view (annotations `cluster`, `demand`, `evictions`, the finalizer) differs
   from the record -> rewrite it from the record, and say so in an event;
-- placed, not yet booked (after a restart) -> book it;
+- placed, not yet booked (after a restart) -> book it (never less than it needs now);
 - placed, a live mirror of it on another reachable worker -> delete that one first
   (never two copies at once);
 - placed and suspended -> take it off the worker (not an eviction);
@@ -31,8 +33,12 @@ in the order they are tried (`docs/architecture.md` draws the same arrows):
   is drained; lost for less -> wait; inactive but not lost (a blip) -> wait; a lost
   worker's jobs are placed again at once (no backoff: they are not at fault);
 - placed on a draining worker -> evict, not counted toward `mirror.maxEvictions`;
-- placed, no mirror: a tombstone that finished -> finish; one that did not -> evict
-  (MirrorGone); none -> create the mirror;
+- taking a job off its worker deletes the mirror first: while the worker can be asked;
+  a worker unreachable but not lost is waited for; a lost or unregistered one is given
+  up on;
+- placed, no mirror: the worker refused the one just asked for -> reject (the reason it
+  gave); a tombstone that finished -> finish; one that did not -> evict (MirrorGone);
+  none -> create the mirror;
 - placed, the object there is not ours -> reject (NameConflict);
 - placed, mirror finished: failed with a reason the job retries -> evict; else finish;
 - placed, mirror evicted by the worker or its Kueue -> evict (MirrorEvicted; preempted
@@ -43,22 +49,44 @@ in the order they are tried (`docs/architecture.md` draws the same arrows):
   "waiting for admission" with Kueue's reason; past
   `placement.admissionTimeoutSeconds` -> take it off the worker (AdmissionTimeout, not
   an eviction) and keep the job off that worker a while; admitted -> copy its status
-  ("running on X");
+  ("running on X"), unless the mirror has no status yet and the job shows nothing
+  either (nothing to tell until it does);
 - not placed: suspended, runtime missing, demand or selector invalid -> wait with that
   reason; in eviction backoff -> wait until then; reserved by the scheduler -> record
-  the placement; else queue it.
+  the placement; else queue it, showing the scheduler's last word on it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
-from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 from dispatcher.api import constants as c
+from dispatcher.api.conditions import condition
 from dispatcher.api.placement import PlacementRecord
 from dispatcher.config import DispatcherConfig, WhenWorkerLost
+from dispatcher.controllers.jobs.actions import (
+    Action,
+    Adopt,
+    Book,
+    CreateMirror,
+    DeleteMirror,
+    DeleteRecord,
+    DropFinalizer,
+    Enqueue,
+    Finish,
+    Forget,
+    Hold,
+    Idle,
+    RecordPlacement,
+    Reject,
+    Requeue,
+    RewriteView,
+    SyncStatus,
+    Unplace,
+    Wait,
+)
 from dispatcher.controllers.jobs.admission import (
     UNCOUNTED_EVICTIONS,
     Admission,
@@ -67,13 +95,19 @@ from dispatcher.controllers.jobs.admission import (
 )
 from dispatcher.controllers.jobs.memory import JobMemory
 from dispatcher.controllers.jobs.snapshot import (
-    JobSnapshot,
+    Absent,
+    Claimed,
+    Copy,
+    Leftover,
+    Snapshot,
     WorkerState,
     annotations_of,
     holds_finalizer,
+    uid_of,
 )
 from dispatcher.controllers.jobs.view import differences
 from dispatcher.kinds import JobKind
+from dispatcher.placement import resources
 from dispatcher.placement.scheduler import PendingJob
 from dispatcher.placement.selector import SelectorError, parse_selector
 
@@ -85,187 +119,64 @@ admits within it, and showing each step (no Workload yet, pending, quota reserve
 admitted) cost four status writes per job."""
 
 
-@dataclass(frozen=True)
-class Forget:
-    """The job is out of the dispatcher's hands: drop its memory and queue entry."""
-
-
-@dataclass(frozen=True)
-class Requeue:
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Not placed: withdraw it from the queue and show why."""
-
-    reason: str
-    message: str
-    warn: bool = False
-
-
-@dataclass(frozen=True)
-class Enqueue:
-    entry: PendingJob
-
-
-@dataclass(frozen=True)
-class RecordPlacement:
-    worker: str
-    demand: dict[str, Fraction]
-
-
-@dataclass(frozen=True)
-class Book:
-    worker: str
-
-
-@dataclass(frozen=True)
-class CreateMirror:
-    worker: str
-
-
-@dataclass(frozen=True)
-class SyncStatus:
-    worker: str
-    mirror: JSON
-    reason: str = c.REASON_PLACED
-    message: str = ""
-    recheck: float | None = None
-    """Decide again after this many seconds even without news (an admission timeout)."""
-
-
-@dataclass(frozen=True)
-class Hold:
-    """Placed, and its worker cannot be asked: keep the placement and show why."""
-
-    worker: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class Finish:
-    worker: str
-    mirror: JSON
-    finished: JSON
-
-
-@dataclass(frozen=True)
-class Unplace:
-    """Take the job off its worker: the mirror deleted (if reachable), the placement
-    and finalizer cleared; an eviction requeues it after `backoff`, and fails it once
-    `evictions` reaches `mirror.maxEvictions`."""
-
-    worker: str
-    reason: str
-    message: str
-    eviction: bool
-    evictions: int | None = None
-    """The new eviction count to record; None when this one does not count."""
-    fail: bool = False
-    backoff: float = 0.0
-    exclude: bool = False
-    """Keep the job off this worker for `placement.rejectionBackoffSeconds` (and say so
-    in an event)."""
-
-
-@dataclass(frozen=True)
-class Reject:
-    worker: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class DeleteMirror:
-    worker: str
-    uid: str
-    """The manager UID the mirror must carry (a leftover's may not be the job's)."""
-
-
-@dataclass(frozen=True)
-class DeleteRecord:
-    """The placement record goes (its mirror is gone or given up on): quota released."""
-
-    record: PlacementRecord
-
-
-@dataclass(frozen=True)
-class Adopt:
-    """A live mirror of the job runs on `worker` with no record of it: record it there."""
-
-    worker: str
-
-
-@dataclass(frozen=True)
-class RewriteView:
-    """The job's annotations or finalizer differ from its record: rewrite them."""
-
-    differences: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class DropFinalizer:
-    pass
-
-
-Action = (Forget | Requeue | Wait | Enqueue | RecordPlacement | Book | CreateMirror
-          | SyncStatus | Hold | Finish | Unplace | Reject | DeleteMirror | DeleteRecord
-          | Adopt | RewriteView | DropFinalizer)
-
-
-def decide(snapshot: JobSnapshot, memory: JobMemory, config: DispatcherConfig, *,
+def decide(snapshot: Snapshot, memory: JobMemory, config: DispatcherConfig, *,
            kind: JobKind) -> Action:
     if snapshot.leftover is not None:
-        return _clean_up(snapshot, config)
-    job = snapshot.job
-    if job is None or not snapshot.claimed:
+        return _clean_up(snapshot, snapshot.leftover, config)
+    if isinstance(snapshot, Absent):
         return Forget()
+    return _claimed(snapshot, memory, config, kind=kind)
+
+
+def _claimed(s: Claimed, memory: JobMemory, config: DispatcherConfig, *,
+             kind: JobKind) -> Action:
+    job = s.job
     if job["metadata"].get("deletionTimestamp") or kind.finished(job.get("status")):
-        return _leave(snapshot, config, kind=kind)
-    if snapshot.record is None:
-        adoptable = _adoptable(snapshot, config, kind=kind)
+        return _leave(s, config, kind=kind)
+    if s.record is None:
+        adoptable = _adoptable(s, config, kind=kind)
         if adoptable is not None:
-            return Adopt(adoptable)
-        hint = snapshot.hinted_worker
+            return Adopt(adoptable.worker.name,
+                         resources.maximum([adoptable.holds, s.demand or {}]))
+        hint = s.hinted_worker
         if hint is not None and not hint.usable and not _given_up(hint, config):
             return Requeue(config.workers.probe_interval_seconds)
-    changed = differences(job, snapshot.record)
+    changed = differences(job, s.record)
     if changed:
         return RewriteView(tuple(changed))
-    if snapshot.placed_on is not None:
-        return _placed(snapshot, config, kind=kind)
-    return _pending(snapshot, memory)
+    if s.record is not None and s.record.placed:
+        return _placed(s, s.record, memory, config, kind=kind)
+    return _pending(s, memory)
 
 
-def _clean_up(s: JobSnapshot, config: DispatcherConfig) -> Action:
+def _clean_up(s: Snapshot, leftover: Leftover, config: DispatcherConfig) -> Action:
     """A record whose job is gone, re-created or no longer claimed: its mirror first."""
-    record = s.leftover
-    assert record is not None
+    record = leftover.record
     if record.placed:
-        worker = s.leftover_worker
+        worker = leftover.worker
         if worker is not None and worker.usable:
-            if s.leftover_mirror is not None:
-                return DeleteMirror(record.worker, record.uid)
+            if leftover.mirror is not None:
+                return DeleteMirror(record.worker, leftover.mirror)
         elif not _given_up(worker, config):
             return Requeue(config.workers.probe_interval_seconds)
-    if (s.job is not None and s.job["metadata"]["uid"] == record.uid
-            and holds_finalizer(s.job)):
-        return DropFinalizer()
-    return DeleteRecord(record)
+    own = s.unclaimed if isinstance(s, Absent) else None
+    if own is not None and uid_of(own) != record.uid:
+        own = None
+    if own is not None and holds_finalizer(own):
+        return DropFinalizer(own)
+    return DeleteRecord(record, unclaimed=own if record.placed else None)
 
 
-def _adoptable(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> str | None:
-    """A reachable worker where a live mirror of this job runs unrecorded, if any."""
-    for worker, mirror in zip(s.elsewhere, s.elsewhere_mirrors, strict=True):
-        if (worker.usable and mirror is not None
+def _adoptable(s: Claimed, config: DispatcherConfig, *, kind: JobKind) -> Copy | None:
+    """A live mirror of this job that runs unrecorded on a reachable worker, if any."""
+    for copy in s.elsewhere:
+        mirror = copy.mirror
+        if (copy.worker.usable and mirror is not None
                 and not mirror["metadata"].get("deletionTimestamp")
                 and kind.is_ours(mirror, manager_uid=s.uid, origin=config.mirror.origin)
                 and kind.finished(mirror.get("status")) is None):
-            return worker.name
+            return copy
     return None
-
 
 
 def _given_up(worker: WorkerState | None, config: DispatcherConfig) -> bool:
@@ -274,14 +185,13 @@ def _given_up(worker: WorkerState | None, config: DispatcherConfig) -> bool:
                               and worker.lost_for >= config.workers.lost_timeout_seconds)
 
 
-def _leave(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> Action:
+def _leave(s: Claimed, config: DispatcherConfig, *, kind: JobKind) -> Action:
     """Deleted or finished on the manager: the mirror goes first, then the record, then
     the finalizer."""
-    assert s.job is not None
     record = s.record
     if record is None:
-        return DropFinalizer() if holds_finalizer(s.job) else Forget()
-    if s.placed_on is None:
+        return DropFinalizer(s.job) if holds_finalizer(s.job) else Forget()
+    if not record.placed:
         return DeleteRecord(record)
     deleting = bool(s.job["metadata"].get("deletionTimestamp"))
     if not deleting and config.mirror.keep_finished:
@@ -289,103 +199,147 @@ def _leave(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> Action
     if s.worker is not None and s.worker.usable:
         if s.mirror is not None and kind.is_ours(s.mirror, manager_uid=s.uid,
                                                  origin=config.mirror.origin):
-            return DeleteMirror(s.placed_on, s.uid)
+            return DeleteMirror(record.worker, s.mirror)
         return DeleteRecord(record)
     if _given_up(s.worker, config):
         return DeleteRecord(record)
     return Requeue(config.workers.probe_interval_seconds)
 
 
-def _evict(s: JobSnapshot, config: DispatcherConfig, reason: str, message: str, *,
-           counted: bool = True, exclude: bool = False, backoff: bool = True) -> Unplace:
+def _take_off(s: Claimed, unplace: Unplace, config: DispatcherConfig, *,
+              kind: JobKind) -> Action:
+    """`unplace`, with the mirror to delete first: while the worker can be asked; a
+    worker unreachable without a network loss is waited for; a lost or unregistered one
+    is given up on."""
+    worker = s.worker
+    if worker is not None and worker.usable:
+        ours = s.mirror is not None and kind.is_ours(s.mirror, manager_uid=s.uid,
+                                                     origin=config.mirror.origin)
+        return dataclasses.replace(unplace, mirror=s.mirror if ours else None)
+    if worker is not None and worker.lost_for is None:
+        return Requeue(config.workers.probe_interval_seconds)
+    return unplace
+
+
+def _evict(s: Claimed, record: PlacementRecord, config: DispatcherConfig, reason: str,
+           message: str, *, kind: JobKind, counted: bool = True, exclude: bool = False,
+           backoff: bool = True) -> Action:
     """Counted evictions wait `mirror.requeueBackoffSeconds` (doubled each time) before
     the job is placed again, unless the job is not at fault (`backoff=False`)."""
-    assert s.job is not None and s.placed_on is not None
     if not counted:
-        return Unplace(s.placed_on, reason, f"{message}; requeued", eviction=True,
-                       exclude=exclude)
-    evictions = (s.record.evictions if s.record is not None else 0) + 1
-    delay = config.mirror.requeue_backoff_seconds * 2 ** (evictions - 1) if backoff else 0.0
-    return Unplace(s.placed_on, reason, f"{message}; requeued", eviction=True,
-                   evictions=evictions, fail=evictions >= config.mirror.max_evictions,
-                   backoff=delay)
+        unplace = Unplace(record.worker, reason, f"{message}; requeued", eviction=True,
+                          exclude=exclude)
+    else:
+        evictions = record.evictions + 1
+        delay = (config.mirror.requeue_backoff_seconds * 2 ** (evictions - 1)
+                 if backoff else 0.0)
+        unplace = Unplace(record.worker, reason, f"{message}; requeued", eviction=True,
+                          evictions=evictions, fail=evictions >= config.mirror.max_evictions,
+                          backoff=delay)
+    return _take_off(s, unplace, config, kind=kind)
 
 
-def _placed(s: JobSnapshot, config: DispatcherConfig, *, kind: JobKind) -> Action:
-    assert s.job is not None and s.placed_on is not None
-    name = s.placed_on
+def _placed(s: Claimed, record: PlacementRecord, memory: JobMemory,
+            config: DispatcherConfig, *, kind: JobKind) -> Action:
+    name = record.worker
     if not s.booked:
-        return Book(name)
-    for other, stray in zip(s.elsewhere, s.elsewhere_mirrors, strict=True):
-        if other.usable and stray is not None:
-            if stray["metadata"].get("deletionTimestamp"):
+        return Book(name, resources.maximum([record.demand, s.demand or {}]))
+    for copy in s.elsewhere:
+        if copy.worker.usable and copy.mirror is not None:
+            if copy.mirror["metadata"].get("deletionTimestamp"):
                 return Requeue(config.workers.probe_interval_seconds)
-            return DeleteMirror(other.name, s.uid)
+            return DeleteMirror(copy.worker.name, copy.mirror)
     if s.job["spec"].get("suspend"):
-        return Unplace(name, c.REASON_SUSPENDED,
-                       "suspended: mirror removed and quota released", eviction=False)
+        return _take_off(s, Unplace(name, c.REASON_SUSPENDED,
+                                    "suspended: mirror removed and quota released",
+                                    eviction=False), config, kind=kind)
     worker = s.worker
     if worker is None:
-        return _evict(s, config, c.REASON_WORKER_LOST, f"worker {name} is no longer registered",
-                      backoff=False)
+        return _evict(s, record, config, c.REASON_WORKER_LOST,
+                      f"worker {name} is no longer registered", kind=kind, backoff=False)
     if not worker.usable:
-        timeout = config.workers.lost_timeout_seconds
-        if worker.lost_for is None:
-            return Requeue(config.workers.probe_interval_seconds)
-        if worker.lost_for < timeout:
-            return Requeue(timeout - worker.lost_for + _BLIP_MARGIN_SECONDS)
-        if config.workers.when_lost is WhenWorkerLost.WAIT:
-            return _hold_on_lost(s, config, worker)
-        return _evict(s, config, c.REASON_WORKER_LOST,
-                      f"worker {name} lost for {int(worker.lost_for)}s ({worker.message})",
-                      backoff=False)
+        return _unreachable(s, record, worker, config, kind=kind)
     if worker.draining:
-        return _evict(s, config, c.REASON_DRAINED, f"worker {name} is being drained",
-                      counted=False)
-    origin = config.mirror.origin
+        return _evict(s, record, config, c.REASON_DRAINED, f"worker {name} is being drained",
+                      kind=kind, counted=False)
     if s.mirror is None:
-        if s.tombstone is not None and kind.is_ours(s.tombstone, manager_uid=s.uid,
-                                                    origin=origin):
-            finished = kind.finished(s.tombstone.get("status"))
-            if finished is not None:
-                return Finish(name, s.tombstone, finished)
-            return _evict(s, config, c.REASON_MIRROR_GONE,
-                          f"the mirror on worker {name} was deleted")
-        return CreateMirror(name)
-    if not kind.is_ours(s.mirror, manager_uid=s.uid, origin=origin):
+        return _no_mirror(s, record, memory, config, kind=kind)
+    if not kind.is_ours(s.mirror, manager_uid=s.uid, origin=config.mirror.origin):
         return Reject(name, c.REASON_NAME_CONFLICT,
                       f"{s.key} on {name} is not a mirror of this job")
-    finished = kind.finished(s.mirror.get("status"))
+    return _mirrored(s, record, worker, s.mirror, config, kind=kind)
+
+
+def _unreachable(s: Claimed, record: PlacementRecord, worker: WorkerState,
+                 config: DispatcherConfig, *, kind: JobKind) -> Action:
+    """Placed on a registered worker that cannot be asked now."""
+    timeout, lost_for = config.workers.lost_timeout_seconds, worker.lost_for
+    if lost_for is None:
+        return Requeue(config.workers.probe_interval_seconds)
+    if lost_for < timeout:
+        return Requeue(timeout - lost_for + _BLIP_MARGIN_SECONDS)
+    if config.workers.when_lost is WhenWorkerLost.WAIT:
+        return _hold_on_lost(s, record, worker, lost_for, config, kind=kind)
+    return _evict(s, record, config, c.REASON_WORKER_LOST,
+                  f"worker {record.worker} lost for {int(lost_for)}s ({worker.message})",
+                  kind=kind, backoff=False)
+
+
+def _no_mirror(s: Claimed, record: PlacementRecord, memory: JobMemory,
+               config: DispatcherConfig, *, kind: JobKind) -> Action:
+    name = record.worker
+    refused = memory.refused
+    if refused is not None and refused.worker == name:
+        return Reject(name, refused.reason, refused.message)
+    if s.tombstone is not None and kind.is_ours(s.tombstone, manager_uid=s.uid,
+                                                origin=config.mirror.origin):
+        finished = kind.finished(s.tombstone.get("status"))
+        if finished is not None:
+            return Finish(name, s.tombstone, finished)
+        return _evict(s, record, config, c.REASON_MIRROR_GONE,
+                      f"the mirror on worker {name} was deleted", kind=kind)
+    return CreateMirror(name, dict(record.demand))
+
+
+def _mirrored(s: Claimed, record: PlacementRecord, worker: WorkerState, mirror: JSON,
+              config: DispatcherConfig, *, kind: JobKind) -> Action:
+    """Placed, and our mirror is on the worker: finished, evicted, waiting or running."""
+    name = record.worker
+    finished = kind.finished(mirror.get("status"))
     if finished is not None:
         if _retry_requested(s.job, finished, kind=kind):
-            return _evict(s, config, c.REASON_RETRYING_FAILURE,
+            return _evict(s, record, config, c.REASON_RETRYING_FAILURE,
                           f"failed on worker {name} with {finished.get('reason')}, "
-                          "which the job retries")
-        return Finish(name, s.mirror, finished)
-    admission = admission_of(s.mirror, s.workload, kind=kind)
+                          "which the job retries", kind=kind)
+        return Finish(name, mirror, finished)
+    admission = admission_of(mirror, s.workload, kind=kind)
     if admission.stage is Stage.EVICTED:
         by = f" by its Kueue ({admission.reason})" if admission.reason else ""
         uncounted = admission.reason in UNCOUNTED_EVICTIONS
-        return _evict(s, config, c.REASON_MIRROR_EVICTED,
-                      f"evicted on worker {name}{by}: {admission.message}",
+        return _evict(s, record, config, c.REASON_MIRROR_EVICTED,
+                      f"evicted on worker {name}{by}: {admission.message}", kind=kind,
                       counted=not uncounted, exclude=uncounted)
     if admission.stage is Stage.WAITING:
-        return _waiting_for_admission(s, config, admission)
-    if not kind.running(s.mirror):
-        return SyncStatus(name, s.mirror,
+        return _waiting_for_admission(s, name, worker, mirror, config, admission)
+    if (condition(s.job.get("status"), c.CONDITION_DISPATCHED) is None
+            and not kind.remote_status(mirror)):
+        return Idle()
+    if not kind.running(mirror):
+        return SyncStatus(name, mirror,
                           message=f"on worker {name}, waiting for its pods to run there")
-    return SyncStatus(name, s.mirror, message=f"running on worker {name}")
+    return SyncStatus(name, mirror, message=f"running on worker {name}")
 
 
-def _hold_on_lost(s: JobSnapshot, config: DispatcherConfig, worker: WorkerState) -> Action:
+def _hold_on_lost(s: Claimed, record: PlacementRecord, worker: WorkerState, lost_for: float,
+                  config: DispatcherConfig, *, kind: JobKind) -> Action:
     """`workers.whenLost: Wait`: a copy may still run there, so the job stays, unless an
     admin drains the worker (then it moves, not counted as an eviction)."""
-    assert s.placed_on is not None and worker.lost_for is not None
-    name = s.placed_on
+    name = record.worker
     if worker.draining:
-        return _evict(s, config, c.REASON_DRAINED,
-                      f"worker {name} is unreachable and being drained", counted=False)
-    since = datetime.datetime.fromtimestamp(s.wall - worker.lost_for, datetime.UTC)
+        return _evict(s, record, config, c.REASON_DRAINED,
+                      f"worker {name} is unreachable and being drained", kind=kind,
+                      counted=False)
+    since = datetime.datetime.fromtimestamp(s.wall - lost_for, datetime.UTC)
     return Hold(name, c.REASON_WORKER_UNREACHABLE,
                 f"worker {name} unreachable since {since:%Y-%m-%dT%H:%M:%SZ} "
                 f"({worker.message}); kept there (workers.whenLost: Wait) as a copy may "
@@ -393,22 +347,20 @@ def _hold_on_lost(s: JobSnapshot, config: DispatcherConfig, worker: WorkerState)
                 "drained or removed")
 
 
-def _waiting_for_admission(s: JobSnapshot, config: DispatcherConfig,
-                           admission: Admission) -> Action:
-    assert s.mirror is not None and s.placed_on is not None and s.worker is not None
-    name, worker = s.placed_on, s.worker
+def _waiting_for_admission(s: Claimed, name: str, worker: WorkerState, mirror: JSON,
+                           config: DispatcherConfig, admission: Admission) -> Action:
     queue = (f"ClusterQueue {worker.cluster_queue}" if worker.cluster_queue
              else f"LocalQueue {worker.local_queue}" if worker.local_queue else "its queue")
     timeout = config.placement.admission_timeout_seconds
-    waited = max(0.0, s.wall - _created(s.mirror, default=s.wall))
+    waited = max(0.0, s.wall - _created(mirror, default=s.wall))
     if timeout and waited >= timeout:
         return Unplace(name, c.REASON_ADMISSION_TIMEOUT,
                        f"not admitted by the Kueue of worker {name} in {int(waited)}s "
                        f"({admission.message}); placed again elsewhere", eviction=False,
-                       exclude=True)
+                       exclude=True, mirror=mirror)
     if waited < ADMISSION_QUIET_SECONDS:
         return Requeue(ADMISSION_QUIET_SECONDS - waited + _BLIP_MARGIN_SECONDS)
-    return SyncStatus(name, s.mirror, reason=c.REASON_WAITING_FOR_ADMISSION,
+    return SyncStatus(name, mirror, reason=c.REASON_WAITING_FOR_ADMISSION,
                       message=f"placed on worker {name}, waiting for admission in {queue}: "
                               f"{admission.message}",
                       recheck=timeout - waited + _BLIP_MARGIN_SECONDS if timeout else None)
@@ -432,8 +384,7 @@ def _retry_requested(job: JSON, finished: JSON, *, kind: JobKind) -> bool:
     return finished.get("reason") in {r.strip() for r in wanted.split(",") if r.strip()}
 
 
-def _pending(s: JobSnapshot, memory: JobMemory) -> Action:
-    assert s.job is not None
+def _pending(s: Claimed, memory: JobMemory) -> Action:
     if s.job["spec"].get("suspend"):
         return Wait(c.REASON_SUSPENDED, "suspended: not dispatched")
     if s.runtime is None:
@@ -442,7 +393,7 @@ def _pending(s: JobSnapshot, memory: JobMemory) -> Action:
                     "once it does")
     if s.demand_error is not None:
         return Wait(s.demand_error.reason, f"not dispatched: {s.demand_error}", warn=True)
-    assert s.demand is not None
+    assert s.demand is not None, "a runtime and no demand error: the demand was computed"
     selector_text = annotations_of(s.job).get(c.ANNOTATION_CLUSTER_SELECTOR, "")
     try:
         selector = parse_selector(selector_text)
@@ -454,8 +405,13 @@ def _pending(s: JobSnapshot, memory: JobMemory) -> Action:
         return Requeue(memory.not_before - s.now)
     if s.reservation is not None:
         return RecordPlacement(s.reservation, s.demand_on.get(s.reservation, s.demand))
-    return Enqueue(PendingJob(
+    entry = PendingJob(
         key=s.key, uid=s.uid, demand=s.demand, priority=s.priority,
         created=s.job["metadata"].get("creationTimestamp", ""), selector=selector,
         excluded=memory.excluded_now(s.now), demand_on=s.demand_on, missing_on=s.missing_on,
-        priority_class=(s.job["metadata"].get("labels") or {}).get(c.LABEL_PRIORITY_CLASS, "")))
+        priority_class=(s.job["metadata"].get("labels") or {}).get(c.LABEL_PRIORITY_CLASS, ""))
+    verdict = s.verdict
+    if verdict is None:
+        return Enqueue(entry)
+    where = f" (position {verdict.position} in the queue)" if verdict.position else ""
+    return Enqueue(entry, reason=verdict.reason, message=verdict.message + where)

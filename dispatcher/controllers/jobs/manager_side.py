@@ -161,11 +161,12 @@ class ManagerWriter:
             "annotations": view.annotations,
         }})
 
-    async def drop_finalizer(self, job: JSON) -> None:
+    async def drop_finalizer(self, job: JSON) -> JSON | None:
+        """The job without our finalizer (as written), None when it is gone."""
         metadata = job["metadata"]
         finalizers = metadata.get("finalizers") or []
         if c.FINALIZER not in finalizers:
-            return
-        await self._patch(job, {"metadata": {
+            return job
+        return await self._patch(job, {"metadata": {
             "resourceVersion": metadata["resourceVersion"],
             "finalizers": [f for f in finalizers if f != c.FINALIZER]}})

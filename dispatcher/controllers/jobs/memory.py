@@ -2,11 +2,14 @@
 
 `JobMemory` holds, per manager job UID: when the job was first seen and when the last
 mirror news arrived (for the latency metrics), its demand for the generation and
-runtime version it was computed from, the workers that refused it and until when, when
-it may be placed again after an eviction, the last state of its deleted mirror (a
-tombstone), and the UIDs of mirrors this process deleted (whose DELETED events are no
-news). `JobMemories.forget(uid)` drops all of it; the controller calls it on every exit
-of a job: finalizer removed, finished, deleted (even while pending), no longer claimed.
+runtime version it was computed from, the workers that refused it and until when, the
+refusal of the mirror just asked for (decided on at once), when it may be placed again
+after an eviction, the last state of its deleted mirror (a tombstone), and the UIDs of
+mirrors this process deleted (whose DELETED events are no news). The controller
+(`controller.py`) is its one writer: it records what the watches say and what its
+writes found; the snapshot and `decide` only read it. `JobMemories.forget(uid)` drops
+all of it, on every exit of a job: finalizer removed, finished, deleted (even while
+pending), no longer claimed.
 """
 
 from __future__ import annotations
@@ -16,17 +19,30 @@ from fractions import Fraction
 from typing import Any
 
 JSON = dict[str, Any]
+DemandVersion = tuple[int, str]
+"""(job generation, runtime resourceVersion): what a demand was computed from."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A worker refused the mirror (or its name is taken there)."""
+
+    worker: str
+    reason: str
+    message: str
 
 
 @dataclass
 class JobMemory:
     first_seen: float | None = None
     status_news: float | None = None
-    demand: tuple[tuple[int, str], dict[str, Fraction]] | None = None
-    """((generation, runtime version), demand) of the last computation."""
+    demand: tuple[DemandVersion, dict[str, Fraction]] | None = None
+    """(versions, demand) of the last computation."""
     excluded: dict[str, float] = field(default_factory=dict)
     """Worker -> monotonic time until which it is not offered this job."""
     not_before: float = 0.0
+    refused: Refusal | None = None
+    """The answer to the last mirror create, when it was a refusal not yet acted on."""
     tombstone: tuple[str, JSON] | None = None
     """(worker, last state) of the job's mirror deleted by someone else."""
     deleted_mirrors: set[str] = field(default_factory=set)

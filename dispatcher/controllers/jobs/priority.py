@@ -3,7 +3,8 @@
 The label `kueue.x-k8s.io/priority-class` names a Kueue WorkloadPriorityClass or, when
 none of that name exists, a Kubernetes PriorityClass; a job without it has priority 0.
 The manager may not serve the WorkloadPriorityClass API at all, so the classes are read
-on demand (a GET per class name at most every 30 s) rather than watched.
+on demand (a GET per class name at most every 30 s) rather than watched. The one
+priority lookup: the scheduler's queue and `dispatcher jobs` both read it here.
 """
 
 from __future__ import annotations

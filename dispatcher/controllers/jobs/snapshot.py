@@ -1,13 +1,20 @@
 """Everything a decision about one job looks at, read from the caches in one go.
 
-`SnapshotReader.read(key)` gathers the manager job, whether it is claimed, its placement
-record (where it is placed: never from anything a user can write on the job), a
-leftover record to clean up (its job gone, re-created or no longer claimed) with that
-record's worker and mirror, its worker's state, its mirror (or the tombstone of one
-deleted under it), the live mirrors of the job on other workers, the mirror's Kueue
-Workload on a worker that runs Kueue, its runtime and demand (computed once per job
-generation and runtime version), its priority, and the scheduler's reservation for it.
-Nothing here writes anything: the snapshot is the input of `decide`.
+`SnapshotReader.read(key, memories)` gives one of two snapshots:
+- `Absent`: no job this dispatcher claims has that key: none is in the cache, or the one
+  there is not claimed (kept as `unclaimed`: it may still hold our finalizer);
+- `Claimed`: the manager job and everything its decision needs: its placement record
+  (where it is placed: never from anything a user can write on the job), its worker's
+  state, its mirror (or the tombstone of one deleted under it), the live copies of the
+  job on other workers and what each holds, the mirror's Kueue Workload on a worker
+  that runs Kueue, its runtime and demand (computed once per job generation and runtime
+  version), its priority, and the scheduler's reservation of, and last word on, it.
+Either may carry a `Leftover`: a record of that name to clean up first (its job gone,
+re-created or no longer claimed), with that record's worker and mirror.
+
+Nothing here writes anything, the job's memory included: what is worth keeping (the
+demand and the versions it was computed for) is in the snapshot, and the controller
+records it.
 """
 
 from __future__ import annotations
@@ -18,24 +25,22 @@ from typing import Any
 
 from dispatcher.api import constants as c
 from dispatcher.api.placement import PlacementRecord
+from dispatcher.claim import Claim
 from dispatcher.clock import Clock
 from dispatcher.config import DispatcherConfig
-from dispatcher.controllers.jobs.memory import JobMemory
+from dispatcher.controllers.jobs.memory import DemandVersion, JobMemories, JobMemory
 from dispatcher.controllers.jobs.priority import PriorityCache
 from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.scheduling import SchedulingLoop
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
 from dispatcher.kinds import JobKind
 from dispatcher.kube.informer import Informer
+from dispatcher.placement import resources
 from dispatcher.placement.ledger import Ledger
-from dispatcher.placement.selector import parse_selector
-from dispatcher.placement.validation import DemandError
+from dispatcher.placement.scheduler import Decision
+from dispatcher.placement.validation import DemandError, checked_vector_text
 
 JSON = dict[str, Any]
-
-
-def job_key(obj: JSON) -> str:
-    return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
 
 
 def annotations_of(job: JSON) -> dict[str, str]:
@@ -44,6 +49,10 @@ def annotations_of(job: JSON) -> dict[str, str]:
 
 def holds_finalizer(job: JSON) -> bool:
     return c.FINALIZER in (job["metadata"].get("finalizers") or [])
+
+
+def uid_of(obj: JSON) -> str:
+    return str(obj["metadata"]["uid"])
 
 
 @dataclass(frozen=True)
@@ -59,34 +68,63 @@ class WorkerState:
 
 
 @dataclass(frozen=True)
-class JobSnapshot:
+class Leftover:
+    """A record of this name to clean up first: its job is gone, was re-created, or is
+    no longer claimed."""
+
+    record: PlacementRecord
+    worker: WorkerState | None = None
+    """The record's worker, while it is registered (None when the record places nothing)."""
+    mirror: JSON | None = None
+    """The record's mirror on that worker, when the worker can be read."""
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A live mirror of the job seen on a worker other than the one it is placed on."""
+
+    worker: WorkerState
+    mirror: JSON | None
+    """The mirror as that worker's cache has it; None where the cache cannot be trusted."""
+    holds: dict[str, Fraction] = field(default_factory=dict)
+    """What it holds there (`SnapshotReader.held_by`)."""
+
+
+@dataclass(frozen=True)
+class Absent:
+    """No job this dispatcher claims has this key."""
+
     key: str
     now: float
     """Monotonic time of the reading."""
     wall: float = 0.0
+    unclaimed: JSON | None = None
+    """The job of this key, when there is one the dispatcher does not claim."""
+    leftover: Leftover | None = None
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A job this dispatcher claims, and what its decision looks at."""
+
+    key: str
+    now: float
+    """Monotonic time of the reading."""
+    job: JSON
+    wall: float = 0.0
     """Wall-clock time of the reading (to compare with the clusters' timestamps)."""
-    job: JSON | None = None
-    claimed: bool = False
     record: PlacementRecord | None = None
-    """The job's own placement record, while it is claimed."""
-    placed_on: str | None = None
-    """The worker of the job's placement record."""
-    leftover: PlacementRecord | None = None
-    """A record of this name to clean up first: its job is gone, was re-created, or is
-    no longer claimed."""
-    leftover_worker: WorkerState | None = None
-    leftover_mirror: JSON | None = None
-    """The leftover's mirror on its worker, when the worker can be read."""
+    """The job's own placement record."""
+    leftover: Leftover | None = None
     hinted_worker: WorkerState | None = None
     """With no record: the worker the job's own view (annotation and finalizer) names, as
     an earlier version wrote it: not the truth, only where to look for its mirror."""
-    elsewhere: tuple[WorkerState, ...] = ()
-    """The other workers where a live mirror of the job was seen."""
-    elsewhere_mirrors: tuple[JSON | None, ...] = ()
-    """Those mirrors, as each worker's cache has them (None where it cannot be read)."""
+    elsewhere: tuple[Copy, ...] = ()
+    """Live mirrors of the job seen on other workers."""
     booked: bool = False
     """Whether the ledger books the job on `placed_on`."""
     worker: WorkerState | None = None
+    """The state of `placed_on`, while it is registered."""
     mirror: JSON | None = None
     tombstone: JSON | None = None
     workload: JSON | None = None
@@ -95,26 +133,38 @@ class JobSnapshot:
     runtime_name: str = ""
     demand: dict[str, Fraction] | None = None
     demand_error: DemandError | None = None
+    demand_version: DemandVersion | None = None
+    """The (generation, runtime version) `demand` was computed for."""
     demand_on: dict[str, dict[str, Fraction]] = field(default_factory=dict)
     """Worker -> the demand its own runtime gives the job, where it differs (pending)."""
     missing_on: dict[str, str] = field(default_factory=dict)
     """Worker -> why its runtime cannot run the job (pending jobs)."""
     priority: int = 0
     reservation: str | None = None
+    verdict: Decision | None = None
+    """The scheduler's last word on the job while it waits in the queue."""
 
     @property
     def uid(self) -> str:
-        assert self.job is not None
-        return str(self.job["metadata"]["uid"])
+        return uid_of(self.job)
+
+    @property
+    def placed_on(self) -> str | None:
+        """The worker of the job's placement record."""
+        return self.record.worker if self.record is not None and self.record.placed else None
+
+
+Snapshot = Absent | Claimed
 
 
 class SnapshotReader:
-    def __init__(self, *, config: DispatcherConfig, kind: JobKind, trainjobs: Informer,
-                 records: PlacementRecords,
+    def __init__(self, *, config: DispatcherConfig, claim: Claim, kind: JobKind,
+                 trainjobs: Informer, records: PlacementRecords,
                  runtimes: dict[str, Informer], registry: WorkerRegistry, ledger: Ledger,
                  scheduling: SchedulingLoop, priorities: PriorityCache,
                  clock: Clock) -> None:
         self._config = config
+        self._claim = claim
         self._kind = kind
         self._jobs = trainjobs
         self._records = records
@@ -124,19 +174,8 @@ class SnapshotReader:
         self._scheduling = scheduling
         self._priorities = priorities
         self._clock = clock
-        self._claim_selector = parse_selector(config.claim.label_selector)
         self._parsed_runtimes: dict[str, tuple[str, Any]] = {}
         self._same_runtimes: dict[tuple[str, str, str, str], tuple[tuple[str, str], bool]] = {}
-
-    def claimed(self, job: JSON) -> bool:
-        spec = job.get("spec") or {}
-        if spec.get("managedBy") != self._config.claim.managed_by:
-            return False
-        metadata = job["metadata"]
-        namespaces = self._config.claim.namespaces
-        if namespaces and metadata.get("namespace") not in namespaces:
-            return False
-        return self._claim_selector(metadata.get("labels") or {})
 
     def runtime_of(self, job: JSON) -> tuple[str, JSON | None]:
         """("ClusterTrainingRuntime 'name'", the runtime from the caches or None)."""
@@ -147,21 +186,20 @@ class SnapshotReader:
         informer = self._runtimes.get(kind)
         return f"{kind} {key.rsplit('/', 1)[-1]!r}", informer.get(key) if informer else None
 
-    async def read(self, key: str, memory: JobMemory | None) -> JobSnapshot:
+    async def read(self, key: str, memories: JobMemories) -> Snapshot:
         now, wall = self._clock.monotonic(), self._clock.time()
         job = self._jobs.get(key)
-        claimed = job is not None and self.claimed(job)
-        uid = job["metadata"]["uid"] if job is not None else None
         records = self._records.of_job(key)
-        record = next((r for r in records if r.uid == uid), None) if claimed else None
-        leftover = next((r for r in records if r is not record), None)
-        leftover_fields = self._leftover(key, leftover)
-        if job is None or not claimed:
-            return JobSnapshot(key=key, now=now, wall=wall, job=job, **leftover_fields)
-        assert uid is not None
+        if job is None or not self._claim.claims(job):
+            return Absent(key=key, now=now, wall=wall, unclaimed=job,
+                          leftover=self._leftover(key, records[0] if records else None))
+        uid = uid_of(job)
+        record = next((r for r in records if r.uid == uid), None)
+        leftover = self._leftover(key, next((r for r in records if r is not record), None))
+        memory = memories.get(uid)
         placed_on = record.worker if record is not None and record.placed else None
         runtime_name, runtime = self.runtime_of(job)
-        demand, error = self.demand(job, runtime, memory)
+        version, demand, error = self.demand(job, runtime, memory)
         connection = self._registry.get(placed_on) if placed_on else None
         mirror = workload = None
         if connection is not None and connection.usable():
@@ -180,21 +218,43 @@ class SnapshotReader:
         if record is None and holds_finalizer(job):
             named = self._registry.get(annotations_of(job).get(c.ANNOTATION_CLUSTER, ""))
             hinted = self._worker_state(named) if named is not None else None
-        others = [other for name in self._ledger.mirrors_of(uid) if name != placed_on
-                  and (other := self._registry.get(name)) is not None]
-        return JobSnapshot(
-            key=key, now=now, wall=wall, job=job, claimed=True, record=record,
-            placed_on=placed_on, **leftover_fields, hinted_worker=hinted,
-            elsewhere=tuple(self._worker_state(other) for other in others),
-            elsewhere_mirrors=tuple(self._mirror_of(other, key, uid) for other in others),
+        return Claimed(
+            key=key, now=now, wall=wall, job=job, record=record, leftover=leftover,
+            hinted_worker=hinted, elsewhere=self._copies(key, uid, placed_on),
             booked=booking is not None and booking.worker == placed_on,
             worker=self._worker_state(connection) if connection else None,
             mirror=mirror, tombstone=tombstone, workload=workload, runtime=runtime,
-            runtime_name=runtime_name,
-            demand=demand, demand_error=error, demand_on=demand_on, missing_on=missing_on,
+            runtime_name=runtime_name, demand=demand, demand_error=error,
+            demand_version=version, demand_on=demand_on, missing_on=missing_on,
             priority=await self._priorities.priority(job) if pending and demand else 0,
             reservation=self._scheduling.reservation(uid),
+            verdict=self._scheduling.decisions.get(uid) if pending else None,
         )
+
+    def _copies(self, key: str, uid: str, placed_on: str | None) -> tuple[Copy, ...]:
+        copies = []
+        for name in self._ledger.mirrors_of(uid):
+            other = self._registry.get(name)
+            if name == placed_on or other is None:
+                continue
+            mirror = self._mirror_of(other, key, uid)
+            copies.append(Copy(worker=self._worker_state(other), mirror=mirror,
+                               holds=self.held_by(mirror, uid) if mirror is not None else {}))
+        return tuple(copies)
+
+    def held_by(self, mirror: JSON, uid: str) -> dict[str, Fraction]:
+        """What a live mirror holds: the demand it was created with, else what its spec
+        needs with the manager's runtime of that name, else its job's booking."""
+        text = annotations_of(mirror).get(c.ANNOTATION_DEMAND)
+        if text:
+            try:
+                return checked_vector_text(text, path=f"annotation {c.ANNOTATION_DEMAND}")
+            except DemandError:
+                pass
+        _, runtime = self.runtime_of(mirror)
+        _, computed, _ = self.demand(mirror, runtime, None)
+        booking = self._ledger.get(uid)
+        return resources.maximum([computed or {}, booking.demand if booking else {}])
 
     def _on_workers(self, job: JSON, manager_runtime: JSON, demand: dict[str, Fraction]
                     ) -> tuple[dict[str, dict[str, Fraction]], dict[str, str]]:
@@ -252,14 +312,14 @@ class SnapshotReader:
             return found
         return None
 
-    def _leftover(self, key: str, record: PlacementRecord | None) -> dict[str, Any]:
+    def _leftover(self, key: str, record: PlacementRecord | None) -> Leftover | None:
         if record is None:
-            return {}
+            return None
         connection = self._registry.get(record.worker) if record.placed else None
-        return {"leftover": record,
-                "leftover_mirror": (self._mirror_of(connection, key, record.uid)
-                                    if connection else None),
-                "leftover_worker": self._worker_state(connection) if connection else None}
+        if connection is None:
+            return Leftover(record)
+        return Leftover(record, worker=self._worker_state(connection),
+                        mirror=self._mirror_of(connection, key, record.uid))
 
     def _worker_state(self, worker: WorkerConnection) -> WorkerState:
         lost_for = (self._clock.time() - worker.lost_since
@@ -270,22 +330,21 @@ class SnapshotReader:
                            cluster_queue=worker.spec.cluster_queue)
 
     def demand(self, job: JSON, runtime: JSON | None, memory: JobMemory | None
-                ) -> tuple[dict[str, Fraction] | None, DemandError | None]:
-        """The job's demand, computed once per job generation and runtime version."""
+               ) -> tuple[DemandVersion | None, dict[str, Fraction] | None, DemandError | None]:
+        """The job's demand and the (generation, runtime version) it is for; the one in
+        `memory` when it was computed for the same versions."""
         if runtime is None:
-            return None, None
+            return None, None, None
         version = (int(job["metadata"].get("generation", 0)),
                    str(runtime["metadata"].get("resourceVersion", "")))
         if memory is not None and memory.demand is not None and memory.demand[0] == version:
-            return memory.demand[1], None
+            return version, memory.demand[1], None
         try:
             demand = self._kind.demand(job, runtime, self._parsed(runtime),
                                        mode=self._config.placement.demand_mode)
         except DemandError as error:
-            return None, error
-        if memory is not None:
-            memory.demand = (version, demand)
-        return demand, None
+            return version, None, error
+        return version, demand, None
 
     def _parsed(self, runtime: JSON, *, cluster: str = "") -> Any:
         """The runtime (of the manager, or of worker `cluster`) parsed once per version of

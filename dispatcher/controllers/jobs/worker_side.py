@@ -8,7 +8,8 @@ A create that meets a 409 reads what is there and accepts it only when it carrie
 origin label and the manager job's UID; anything else there is a name conflict. A
 refusal (400, 403, 404, 409, 422) is the worker rejecting the mirror. Deletes carry the
 mirror's UID as a precondition, so a mirror re-created a moment ago is never lost, and
-an object we did not create is never touched.
+an object we did not create is never touched. Each write answers what it found; the
+controller records it (this module remembers nothing of the job).
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.api import constants as c
-from dispatcher.controllers.jobs.memory import JobMemory
-from dispatcher.controllers.jobs.snapshot import job_key
 from dispatcher.controllers.workers import WorkerConnection
 from dispatcher.kinds import JobKind
+from dispatcher.kube.informer import object_key
 from dispatcher.kube.resource import NAMESPACES, Resource, message_of
 from dispatcher.observability.metrics import Metrics
 from dispatcher.placement import resources
@@ -81,7 +81,7 @@ class WorkerWriter:
                     worker.mirrors.remember(existing)
                     return existing, False
                 return Refused(c.REASON_NAME_CONFLICT,
-                               f"{job_key(job)} already exists on {worker.name} and was not "
+                               f"{object_key(job)} already exists on {worker.name} and was not "
                                "created by this dispatcher")
             if error.status in _REJECTION_CODES:
                 return Refused(c.REASON_MIRROR_REJECTED,
@@ -91,25 +91,19 @@ class WorkerWriter:
         worker.mirrors.remember(created)
         return created, True
 
-    async def delete_mirror(self, worker: WorkerConnection | None, key: str, uid: str,
-                            memory: JobMemory) -> bool:
-        """Delete our mirror of job `uid` (named `key`) if the worker is reachable; True
-        when it is gone."""
-        if worker is None or not worker.usable():
-            return False
+    async def delete_mirror(self, worker: WorkerConnection, mirror: JSON) -> bool:
+        """Delete our `mirror` (its UID the precondition): True when this call deleted it,
+        False when its name holds another object now (ours is gone all the same). The
+        worker's cache forgets it either way."""
         assert worker.client is not None and worker.mirrors is not None
-        mirror = worker.mirrors.get(key)
-        if mirror is None or not self.kind.is_ours(mirror, manager_uid=uid, origin=self.origin):
-            return True
         metadata = mirror["metadata"]
-        memory.deleted_mirrors.add(metadata["uid"])
+        deleted = True
         try:
             await Resource(worker.client, self.kind.kind).delete(
                 metadata["name"], namespace=metadata["namespace"], uid=metadata["uid"])
         except ApiException as error:
-            memory.deleted_mirrors.discard(metadata["uid"])
             if error.status != 409:
                 raise
-        worker.mirrors.forget(key)
-        memory.tombstone = None
-        return True
+            deleted = False
+        worker.mirrors.forget(object_key(mirror))
+        return deleted

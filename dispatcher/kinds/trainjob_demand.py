@@ -1,5 +1,8 @@
 """How much a TrainJob needs: a pure function of the job and its training runtime.
 
+The TrainJob kind's demand (read through the Trainer's own models); the arithmetic of
+amounts and their checks are kind-free (`placement.resources`, `placement.validation`).
+
 For each replicated job of the runtime's JobSet template:
   pods = replicas x per-replica count, where the count is `min(parallelism, completions)`
   (default 1), except for the trainer step (the replicated job labelled
