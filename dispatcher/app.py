@@ -47,7 +47,7 @@ from dispatcher.observability.statusview import (
 from dispatcher.placement.capacity import Capacity, OurJob, capacity, queue_room
 from dispatcher.placement.ledger import Ledger
 from dispatcher.placement.scheduler import Decision, WorkerView
-from dispatcher.supervision import TaskOwner, guarded
+from dispatcher.supervision import Body, TaskOwner, guarded
 
 log = logging.getLogger(__name__)
 _GAUGE_INTERVAL_SECONDS = 2.0
@@ -83,7 +83,7 @@ class Dispatcher:
         self._gc: GarbageCollector | None = None
         self._worker_clusters: WorkerClustersController | None = None
         self._scheduling: SchedulingLoop | None = None
-        self._tasks = TaskOwner()
+        self._tasks = TaskOwner(clock=self.clock)
         """Tasks started from callbacks: garbage collection of a (re)connected worker."""
         self._events: EventRecorder | None = None
 
@@ -252,7 +252,12 @@ class Dispatcher:
                 self._refresh_gauges()
             except Exception:
                 log.exception("refreshing gauges failed")
-            await asyncio.sleep(_GAUGE_INTERVAL_SECONDS)
+            await self.clock.sleep(_GAUGE_INTERVAL_SECONDS)
+
+    def _guard(self, group: asyncio.TaskGroup, name: str, body: Body) -> None:
+        """Run `body` in `group` as task `name`, logged and restarted whenever it ends."""
+        group.create_task(guarded(name, body, clock=self.clock, restart_delay=_RESTART_SECONDS),
+                          name=name)
 
     async def _start_when_synced(self, informers: list[Informer], queue: WorkQueue) -> None:
         """Sync caches, connect workers, rebuild the ledger; then reconcile (forever)."""
@@ -317,7 +322,7 @@ class Dispatcher:
         cfg = self.config
         informer_settings = InformerSettings()
         kind = self.kind
-        queue = WorkQueue(name="trainjobs")
+        queue = WorkQueue(name="trainjobs", clock=self.clock)
         trainjobs = Informer(Resource(manager, kind.kind), settings=informer_settings,
                              name="manager/trainjobs")
         cluster_runtimes = Informer(Resource(manager, CLUSTER_TRAINING_RUNTIMES),
@@ -376,15 +381,15 @@ class Dispatcher:
         try:
             async with asyncio.TaskGroup() as group:
                 for informer in informers:
-                    group.create_task(informer.run(), name=f"informer/{informer.name}")
+                    self._guard(group, f"informer/{informer.name}", informer.run)
+                # Not restarted: a failed start-up (or work queue) fails the leading work.
                 group.create_task(self._start_when_synced(informers, queue),
                                   name="reconcile-trainjobs")
                 for name, body in (("scheduling", self._scheduling.run),
                                    ("workerclusters", self._worker_clusters.run),
                                    ("garbage-collector", self._gc.run),
                                    ("events", events.run), ("gauges", self._gauges)):
-                    group.create_task(guarded(name, body, restart_delay=_RESTART_SECONDS),
-                                      name=name)
+                    self._guard(group, name, body)
         finally:
             await self._tasks.close()
             await self.registry.close()
