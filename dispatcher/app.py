@@ -347,7 +347,8 @@ class Dispatcher:
                 kind=kind, origin=cfg.mirror.origin,
                 probe_interval=cfg.workers.probe_interval_seconds,
                 on_change=self._on_worker_change, observer=self.metrics.observe_request,
-                on_workload=self._on_workload_news, on_runtime=self._on_worker_runtime),
+                clock=self.clock, on_workload=self._on_workload_news,
+                on_runtime=self._on_worker_runtime),
             on_mirror_event=self._on_mirror_event, on_mirrors_reset=self._on_mirrors_reset,
         )
         events = self._events = EventRecorder(manager, instance=self.instance)
