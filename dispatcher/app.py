@@ -365,7 +365,7 @@ class Dispatcher:
         )
         self._worker_clusters = WorkerClustersController(
             config=cfg, registry=self.registry, capacity_of=self.capacity_of,
-            worker_clusters=worker_clusters, secrets=secrets,
+            worker_clusters=worker_clusters, secrets=secrets, clock=self.clock,
             missing_runtimes_of=self._scheduling.missing_runtimes)
         self._gc = GarbageCollector(
             manager=manager, trainjobs=trainjobs, records=records, registry=self.registry,

@@ -3,7 +3,9 @@
 `FakeClient` has the methods of `ClusterClient` that the controllers call (`request`,
 `stream`, `close`), answers from a dictionary of objects by path and notes every
 request; its watch streams never deliver anything. `cache` is an `Informer` that is never
-run: its store is set by the test and it counts as synced. No API server, no sockets.
+run: its store is set by the test and it counts as synced. `connection_options` and
+`worker` make worker connections on a given clock (`worker` one that is never opened,
+whose state the test sets). No API server, no sockets.
 """
 
 from __future__ import annotations
@@ -14,8 +16,13 @@ from typing import Any, cast
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from dispatcher.api import constants as c
+from dispatcher.api.workercluster import WorkerSpec
+from dispatcher.clock import Clock
+from dispatcher.controllers.workers import ConnectionOptions, WorkerConnection
+from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.client import ClientSettings, ClusterClient
-from dispatcher.kube.informer import Informer
+from dispatcher.kube.informer import Informer, InformerSettings
 from dispatcher.kube.resource import Resource, ResourceKind
 
 JSON = dict[str, Any]
@@ -73,9 +80,29 @@ class FakeClient:
 
 
 def cache(kind: ResourceKind, objects: dict[str, JSON] | None = None, *,
-          namespace: str | None = None) -> Informer:
-    """A synced cache of `kind` holding `objects` (by namespace/name), never run."""
-    informer = Informer(Resource(FakeClient().as_client(), kind), namespace=namespace)
+          namespace: str | None = None, client: FakeClient | None = None) -> Informer:
+    """A synced cache of `kind` holding `objects` (by namespace/name), never run; writes
+    through it go to `client`."""
+    informer = Informer(Resource((client or FakeClient()).as_client(), kind),
+                        namespace=namespace)
     informer.store = dict(objects or {})
     informer.synced.set()
     return informer
+
+
+def connection_options(clock: Clock, *, probe_interval: float = 10.0) -> ConnectionOptions:
+    return ConnectionOptions(
+        client_settings=ClientSettings(), informer_settings=InformerSettings(),
+        kind=TrainJobKind(), origin="test", probe_interval=probe_interval,
+        on_change=lambda worker: None, observer=lambda *_: None, clock=clock)
+
+
+def worker(name: str, clock: Clock, *, active: bool = True) -> WorkerConnection:
+    """A connection that is never opened: the test sets its state."""
+    connection = WorkerConnection(spec=WorkerSpec(name=name, kubeconfig={}),
+                                  options=connection_options(clock),
+                                  on_mirror_event=lambda event_type, obj: None)
+    connection.active = active
+    connection.reason = c.REASON_CONNECTED if active else c.REASON_UNREACHABLE
+    connection.message = "connected" if active else "unreachable"
+    return connection

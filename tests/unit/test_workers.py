@@ -17,11 +17,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from devkit.fakeclock import FakeClock
 from dispatcher.api import constants as c
 from dispatcher.api.workercluster import WorkerSpec
-from dispatcher.controllers.workers import ConnectionOptions, WorkerConnection
-from dispatcher.kinds.trainjob import TrainJobKind
-from dispatcher.kube.client import ClientSettings
-from dispatcher.kube.informer import InformerSettings
-from tests.unit.fakes import FakeClient
+from dispatcher.controllers.workers import WorkerConnection
+from tests.unit.fakes import FakeClient, connection_options
 
 PROBE_INTERVAL = 10.0
 
@@ -38,12 +35,10 @@ def client() -> FakeClient:
 
 @pytest_asyncio.fixture
 async def worker(clock: FakeClock, client: FakeClient) -> AsyncIterator[WorkerConnection]:
-    options = ConnectionOptions(
-        client_settings=ClientSettings(), informer_settings=InformerSettings(),
-        kind=TrainJobKind(), origin="test", probe_interval=PROBE_INTERVAL,
-        on_change=lambda worker: None, observer=lambda *_: None, clock=clock)
-    connection = WorkerConnection(spec=WorkerSpec(name="w1", kubeconfig={}), options=options,
-                                  on_mirror_event=lambda event_type, obj: None)
+    connection = WorkerConnection(
+        spec=WorkerSpec(name="w1", kubeconfig={}),
+        options=connection_options(clock, probe_interval=PROBE_INTERVAL),
+        on_mirror_event=lambda event_type, obj: None)
     connection.open(client.as_client())
     await clock.advance(0)
     try:
