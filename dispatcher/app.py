@@ -292,7 +292,7 @@ class Dispatcher:
         self.server = HealthServer(registry=self.metrics.registry, host=cfg.server.host,
                                    port=cfg.server.port, ready=self.ready.is_set,
                                    role=lambda: "leader" if self.leading else "standby",
-                                   status=status)
+                                   clock=self.clock, status=status)
         await self.server.start()
         log.info("serving /metrics, /healthz, /readyz on %s:%d", cfg.server.host,
                  self.server.port)
@@ -351,7 +351,7 @@ class Dispatcher:
                 on_runtime=self._on_worker_runtime),
             on_mirror_event=self._on_mirror_event, on_mirrors_reset=self._on_mirrors_reset,
         )
-        events = self._events = EventRecorder(manager, instance=self.instance)
+        events = self._events = EventRecorder(manager, instance=self.instance, clock=self.clock)
         self._scheduling = SchedulingLoop(
             ledger=self.ledger, workers=self._worker_views, policy=cfg.placement.policy,
             strategy=cfg.placement.queueing_strategy,
@@ -371,7 +371,7 @@ class Dispatcher:
             manager=manager, trainjobs=trainjobs, records=records, registry=self.registry,
             kind=kind,
             origin=cfg.mirror.origin, keep_finished=cfg.mirror.keep_finished,
-            interval=cfg.gc.interval_seconds, metrics=self.metrics)
+            interval=cfg.gc.interval_seconds, metrics=self.metrics, clock=self.clock)
         trainjobs.add_handler(self.jobs.on_job_event)
         placements.add_handler(self.jobs.on_record_event)
         cluster_runtimes.add_handler(self.jobs.on_runtime_event)

@@ -5,12 +5,13 @@
 request; its watch streams never deliver anything. `cache` is an `Informer` that is never
 run: its store is set by the test and it counts as synced. `connection_options` and
 `worker` make worker connections on a given clock (`worker` one that is never opened,
-whose state the test sets). No API server, no sockets.
+whose state the test sets), and `FakeRegistry` holds them. No API server, no sockets.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -106,3 +107,15 @@ def worker(name: str, clock: Clock, *, active: bool = True) -> WorkerConnection:
     connection.reason = c.REASON_CONNECTED if active else c.REASON_UNREACHABLE
     connection.message = "connected" if active else "unreachable"
     return connection
+
+
+class FakeRegistry:
+    """The registry's `workers`; `apply` only notes which workers it was given."""
+
+    def __init__(self, *workers: WorkerConnection) -> None:
+        self.workers = {w.name: w for w in workers}
+        self.applied: list[list[str]] = []
+
+    async def apply(self, specs: Iterable[WorkerSpec],
+                    lost_since: dict[str, float] | None = None) -> None:
+        self.applied.append([spec.name for spec in specs])

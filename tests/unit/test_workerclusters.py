@@ -5,33 +5,21 @@ every two seconds without events and applies registrations at once on a change."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
 from typing import Any
 
 import pytest
 
 from devkit.fakeclock import FakeClock
 from dispatcher.api import constants as c
-from dispatcher.api.workercluster import WORKER_CLUSTERS, WorkerSpec
+from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.config import DispatcherConfig
 from dispatcher.controllers.status import rfc3339
 from dispatcher.controllers.workerclusters import WorkerClustersController
-from dispatcher.controllers.workers import WorkerConnection
 from dispatcher.placement.capacity import Capacity
-from tests.unit.fakes import FakeClient, cache, worker
+from tests.unit.fakes import FakeClient, FakeRegistry, cache, worker
 
 JSON = dict[str, Any]
 SINCE = "2025-01-01T00:00:00Z"
-
-
-class FakeRegistry:
-    def __init__(self, *workers: WorkerConnection) -> None:
-        self.workers = {w.name: w for w in workers}
-        self.applied: list[list[str]] = []
-
-    async def apply(self, specs: Iterable[WorkerSpec],
-                    lost_since: dict[str, float] | None = None) -> None:
-        self.applied.append([spec.name for spec in specs])
 
 
 class Setup:
