@@ -4,7 +4,8 @@
 `wait` register a deadline and suspend. `await clock.advance(seconds)` moves time forward
 deadline by deadline, waking each sleeper whose deadline passed and letting the woken
 tasks run (so a loop that sleeps again inside the window wakes again) before returning;
-`await clock.advance(0)` only lets ready tasks run. Nothing here waits in real time.
+`await clock.advance(0)` (or `settle()`, for code with no clock) only lets ready tasks
+run. Nothing here waits in real time.
 """
 
 from __future__ import annotations
@@ -67,17 +68,18 @@ class FakeClock:
     async def advance(self, seconds: float) -> None:
         """Move `seconds` forward, waking the sleepers due on the way, in order."""
         target = self._now + seconds
-        await _settle()
+        await settle()
         while self._alarms and self._alarms[0][0] <= target:
             due, _, alarm = heapq.heappop(self._alarms)
             self._now = max(self._now, due)
             if not alarm.done():
                 alarm.set_result(None)
-                await _settle()
+                await settle()
         self._now = target
-        await _settle()
+        await settle()
 
 
-async def _settle() -> None:
+async def settle() -> None:
+    """Let the tasks that are ready run, and those they wake, a few awaits deep."""
     for _ in range(_SETTLE_ROUNDS):
         await asyncio.sleep(0)
