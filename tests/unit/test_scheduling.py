@@ -1,7 +1,6 @@
 """The scheduling loop: no pass before the ledger is rebuilt, a burst of triggers is one
-pass, a placement is booked at once (a reservation) and a waiting
-job's decision is reported only when it changes. The loop reads no clock: `settle` only
-lets its task run."""
+pass, a placement is booked at once (a reservation) and a waiting job's decision is
+reported only when it changes. The loop reads no clock: `settle` only lets it run."""
 
 from __future__ import annotations
 
