@@ -55,7 +55,7 @@ from dispatcher.observability.statusview import StatusView, WorkerRow, build_vie
 from dispatcher.placement.capacity import Capacity
 from dispatcher.placement.ledger import Ledger
 from dispatcher.placement.scheduler import Decision
-from dispatcher.supervision import TaskOwner, guarded
+from dispatcher.supervision import Body, TaskOwner, guarded
 
 log = logging.getLogger(__name__)
 _GAUGE_INTERVAL_SECONDS = 2.0
@@ -117,11 +117,11 @@ class LeaderTerm:
         self.capacities = capacities
         self.metrics = metrics
         self.clock = clock
-        self.gauges = Gauges(metrics)
-        self.tasks = TaskOwner()
+        self.gauges = Gauges(metrics, clock=clock)
+        self.tasks = TaskOwner(clock=clock)
         """Tasks started from callbacks: garbage collection of a (re)connected worker."""
         settings = InformerSettings()
-        self.queue = WorkQueue(name="trainjobs")
+        self.queue = WorkQueue(name="trainjobs", clock=clock)
         self.trainjobs = Informer(Resource(manager, kind.kind), settings=settings,
                                   name="manager/trainjobs")
         runtimes = {name: Informer(Resource(manager, resource), settings=settings,
@@ -139,10 +139,11 @@ class LeaderTerm:
                 kind=kind, origin=cfg.mirror.origin,
                 probe_interval=cfg.workers.probe_interval_seconds,
                 on_change=self._on_worker_change, observer=metrics.observe_request,
-                on_workload=self._on_workload_news, on_runtime=self._on_worker_runtime),
+                clock=clock, on_workload=self._on_workload_news,
+                on_runtime=self._on_worker_runtime),
             on_mirror_event=self._on_mirror_event, on_mirrors_reset=self._on_mirrors_reset,
         )
-        self.events = EventRecorder(manager, instance=instance)
+        self.events = EventRecorder(manager, instance=instance, clock=clock)
         self.scheduling = SchedulingLoop(
             ledger=ledger, workers=lambda: capacities.views(self.registry.workers.values()),
             policy=cfg.placement.policy, strategy=cfg.placement.queueing_strategy,
@@ -151,13 +152,13 @@ class LeaderTerm:
         self.jobs = _jobs_controller(self, manager=manager, runtimes=runtimes)
         self.worker_clusters = WorkerClustersController(
             config=cfg, registry=self.registry, capacity_of=capacities.of,
-            worker_clusters=worker_clusters, secrets=secrets,
+            worker_clusters=worker_clusters, secrets=secrets, clock=clock,
             missing_runtimes_of=self.scheduling.missing_runtimes)
         self.gc = GarbageCollector(
             manager=manager, trainjobs=self.trainjobs, records=self.records,
             registry=self.registry, kind=kind,
             origin=cfg.mirror.origin, keep_finished=cfg.mirror.keep_finished,
-            interval=cfg.gc.interval_seconds, metrics=metrics)
+            interval=cfg.gc.interval_seconds, metrics=metrics, clock=clock)
         self.trainjobs.add_handler(self.jobs.on_job_event)
         placements.add_handler(self.jobs.on_record_event)
         for runtime_informer in runtimes.values():
@@ -170,7 +171,8 @@ class LeaderTerm:
         try:
             async with asyncio.TaskGroup() as group:
                 for informer in self.informers:
-                    group.create_task(informer.run(), name=f"informer/{informer.name}")
+                    self._guard(group, f"informer/{informer.name}", informer.run)
+                # Not restarted: a failed start-up (or work queue) fails the leading work.
                 group.create_task(self._start_when_synced(on_ready),
                                   name="reconcile-trainjobs")
                 for name, body in (
@@ -179,11 +181,15 @@ class LeaderTerm:
                         ("garbage-collector", self.gc.run), ("events", self.events.run),
                         ("gauges", functools.partial(self.gauges.run, self.reading,
                                                      interval=_GAUGE_INTERVAL_SECONDS))):
-                    group.create_task(guarded(name, body, restart_delay=_RESTART_SECONDS),
-                                      name=name)
+                    self._guard(group, name, body)
         finally:
             await self.tasks.close()
             await self.registry.close()
+
+    def _guard(self, group: asyncio.TaskGroup, name: str, body: Body) -> None:
+        """Run `body` in `group` as task `name`, logged and restarted whenever it ends."""
+        group.create_task(guarded(name, body, clock=self.clock, restart_delay=_RESTART_SECONDS),
+                          name=name)
 
     async def _start_when_synced(self, on_ready: Callable[[], None]) -> None:
         """Sync caches, connect workers, rebuild the ledger; then reconcile (forever)."""
@@ -346,7 +352,7 @@ class Dispatcher:
         self.server = HealthServer(registry=self.metrics.registry, host=cfg.server.host,
                                    port=cfg.server.port, ready=self.ready.is_set,
                                    role=lambda: "leader" if self.leading else "standby",
-                                   status=status)
+                                   clock=self.clock, status=status)
         await self.server.start()
         log.info("serving /metrics, /healthz, /readyz on %s:%d", cfg.server.host,
                  self.server.port)

@@ -8,8 +8,8 @@ adopts it (an earlier version kept placements in annotations). Candidates come f
 caches; each is confirmed against the API server (the job and its record) before it is
 deleted, with the mirror's UID as a precondition, so a mirror created a moment ago is
 never lost: its record was written before it.
-The collector runs every `gc.intervalSeconds` and, before anything new is placed on it,
-on every worker that (re)connects.
+The collector runs every `gc.intervalSeconds` (of the injected `Clock`) and, before
+anything new is placed on it, on every worker that (re)connects.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.api import constants as c
 from dispatcher.api.placement import PLACEMENTS, PlacementRecord, record_of
+from dispatcher.clock import Clock
 from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
 from dispatcher.kinds import JobKind
@@ -38,7 +39,7 @@ class GarbageCollector:
     def __init__(self, *, manager: ClusterClient, trainjobs: Informer,
                  records: PlacementRecords, registry: WorkerRegistry,
                  kind: JobKind, origin: str, keep_finished: bool, interval: float,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, clock: Clock) -> None:
         self._jobs = Resource(manager, kind.kind)
         self._placements = Resource(manager, PLACEMENTS)
         self._cache = trainjobs
@@ -49,6 +50,7 @@ class GarbageCollector:
         self._keep_finished = keep_finished
         self._interval = interval
         self._metrics = metrics
+        self._clock = clock
 
     def _orphan(self, mirror: JSON, job: JSON | None, record: PlacementRecord | None,
                 worker: str) -> str | None:
@@ -117,5 +119,5 @@ class GarbageCollector:
 
     async def run(self) -> None:
         while True:
-            await asyncio.sleep(self._interval)
+            await self._clock.sleep(self._interval)
             await self.collect_all()

@@ -20,10 +20,6 @@ JSON = dict[str, Any]
 MAX_MESSAGE = 32000
 
 
-def now_rfc3339() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def rfc3339(timestamp: float) -> str:
     return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).strftime(
         "%Y-%m-%dT%H:%M:%SZ")

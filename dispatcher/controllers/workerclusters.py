@@ -6,7 +6,8 @@ becomes the worker's reason (`SecretNotFound`, `BadKubeconfig`, `InsecureKubecon
 `BadQuota`) instead of an exception, so one bad registration never stops the others.
 The registry is brought in line on every change, and each WorkerCluster's status shows
 its `Active` condition, last probe time, mirror count and quota, written only when it
-changes.
+changes (and, to refresh the last probe time, once a minute). Times are read from the
+injected `Clock`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import contextlib
 import datetime
 import logging
-import time
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
@@ -26,8 +25,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.api import constants as c
 from dispatcher.api.workercluster import DEFAULT_SECRET_KEY, ConfigProblem, WorkerSpec
+from dispatcher.clock import Clock
 from dispatcher.config import DispatcherConfig, StaticWorker
-from dispatcher.controllers.status import now_rfc3339, rfc3339
+from dispatcher.controllers.status import rfc3339
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
 from dispatcher.kube.informer import Informer
 from dispatcher.kube.kubeconfig import KubeconfigError, parse_kubeconfig
@@ -38,6 +38,8 @@ from dispatcher.placement.validation import DemandError, checked_quantities
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 _PROBE_TIME_REFRESH_SECONDS = 60.0
+_RESYNC_SECONDS = 2.0
+"""Statuses are written this often even without a change event (usage moves silently)."""
 
 
 def _parse_quota(raw: dict[str, Any] | None) -> tuple[dict[str, Any] | None, ConfigProblem | None]:
@@ -104,9 +106,11 @@ class WorkerClustersController:
         capacity_of: Callable[[WorkerConnection], Capacity],
         worker_clusters: Informer | None,
         secrets: Informer | None,
+        clock: Clock,
         missing_runtimes_of: Callable[[str], list[str]] = lambda worker: [],
     ) -> None:
         self.config = config
+        self.clock = clock
         self.registry = registry
         self.capacity_of = capacity_of
         self.missing_runtimes_of = missing_runtimes_of
@@ -178,7 +182,7 @@ class WorkerClustersController:
         since = previous.get("lastTransitionTime")
         if previous.get("status") != status or not since:
             since = (rfc3339(worker.lost_since) if worker.lost_since and not worker.active
-                     else now_rfc3339())
+                     else rfc3339(self.clock.time()))
         capacity = self.capacity_of(worker)
         desired: JSON = {
             "conditions": [{"type": c.CONDITION_ACTIVE, "status": status,
@@ -207,12 +211,11 @@ class WorkerClustersController:
                 continue
             desired = self.desired_status(obj, worker)
             written, at = self._written.get(name, ({}, 0.0))
-            stale_probe = time.monotonic() - at > _PROBE_TIME_REFRESH_SECONDS
+            stale_probe = self.clock.monotonic() - at > _PROBE_TIME_REFRESH_SECONDS
             if desired == written and not stale_probe:
                 continue
             if worker.last_probe:
-                desired_with_probe = dict(desired, lastProbeTime=datetime.datetime.fromtimestamp(
-                    worker.last_probe, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                desired_with_probe = dict(desired, lastProbeTime=rfc3339(worker.last_probe))
             else:
                 desired_with_probe = desired
             try:
@@ -222,10 +225,10 @@ class WorkerClustersController:
             except ApiException as error:
                 log.debug("cannot write status of WorkerCluster %s: %s", name, error.status)
                 continue
-            self._written[name] = (desired, time.monotonic())
+            self._written[name] = (desired, self.clock.monotonic())
 
     async def run(self) -> None:
-        """Apply registrations and write statuses on changes, and every few seconds."""
+        """Apply registrations and write statuses on changes, and every `_RESYNC_SECONDS`."""
         for informer in (self.worker_clusters, self.secrets):
             if informer is not None:
                 await informer.synced.wait()
@@ -239,6 +242,4 @@ class WorkerClustersController:
                 raise
             except Exception:
                 log.exception("syncing workers failed")
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(2.0):
-                    await self._changed.wait()
+            await self.clock.wait(self._changed, _RESYNC_SECONDS)

@@ -9,26 +9,31 @@ and a health probe every `probe_interval`. The probe and the watch decide whethe
 worker is *active*; when it is not, the reason says why (`Unreachable`, `Unauthorized`,
 `MissingCRD`, `BadKubeconfig`, ...). A config problem and a network loss are told apart,
 and only a network loss starts the lost-worker clock.
+
+The tasks belong to the connection's `TaskOwner`: each is logged and restarted when it
+fails (a probe that fails unexpectedly also makes the worker inactive, `ProbeFailed`,
+until a probe succeeds), and `stop()` cancels and awaits them all. Every time read and
+every wait goes through the injected `Clock`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from dispatcher.api import constants as c
 from dispatcher.api.kueue import CLUSTER_QUEUES, WORKLOAD_PRIORITY_CLASSES, WORKLOADS
 from dispatcher.api.workercluster import WorkerSpec
+from dispatcher.clock import Clock
 from dispatcher.controllers.worker_kueue import QueueProblem, WorkerKueue
 from dispatcher.kinds import JobKind
 from dispatcher.kube.client import ClientSettings, ClusterClient, RequestObserver
 from dispatcher.kube.informer import EventHandler, Informer, InformerSettings
 from dispatcher.kube.resource import Resource, ResourceKind, message_of, status_of
+from dispatcher.supervision import Body, TaskOwner
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +42,8 @@ WorkloadHandler = Callable[[str, str], None]
 """(worker, job key): a Workload of that job changed on that worker."""
 RuntimeHandler = Callable[[str, str, dict[str, object]], None]
 """(worker, event type, runtime): a runtime on that worker came, changed or went."""
+_RESTART_SECONDS = 1.0
+"""How long a failed watch or probe task waits before it is started again."""
 
 
 def _reason_for(error: BaseException, kind: ResourceKind) -> tuple[str, str]:
@@ -55,7 +62,8 @@ def _reason_for(error: BaseException, kind: ResourceKind) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class ConnectionOptions:
-    """What every worker connection shares: limits, origin label, probe period, callbacks."""
+    """What every worker connection shares: limits, origin label, probe period, clock,
+    callbacks."""
 
     client_settings: ClientSettings
     informer_settings: InformerSettings
@@ -64,6 +72,7 @@ class ConnectionOptions:
     probe_interval: float
     on_change: ChangeHandler
     observer: RequestObserver
+    clock: Clock
     on_workload: WorkloadHandler = lambda worker, key: None
     on_runtime: RuntimeHandler = lambda worker, event_type, runtime: None
 
@@ -97,9 +106,10 @@ class WorkerConnection:
         """Whether stale mirrors were collected since the worker last became active;
         nothing new is placed on it before."""
         self._options = options
+        self._clock = options.clock
         self._on_change = options.on_change
         self._on_mirror_event = on_mirror_event
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = TaskOwner(clock=options.clock)
         self._watch_errors: dict[str, Exception | None] = {}
         self._probe_now = asyncio.Event()
 
@@ -123,7 +133,7 @@ class WorkerConnection:
         if active and not self.active:
             self.collected = False
         elif network_loss and self.lost_since is None:
-            self.lost_since = since if since is not None else time.time()
+            self.lost_since = since if since is not None else self._clock.time()
         changed = (active, reason, message) != (self.active, self.reason, self.message)
         self.active, self.reason, self.message = active, reason, message
         if changed:
@@ -148,7 +158,7 @@ class WorkerConnection:
             return
         assert self.spec.kubeconfig is not None
         try:
-            self.client = await ClusterClient.from_kubeconfig(
+            client = await ClusterClient.from_kubeconfig(
                 name=self.name, kubeconfig=self.spec.kubeconfig,
                 settings=self._options.client_settings, observer=self._options.observer,
             )
@@ -156,34 +166,39 @@ class WorkerConnection:
             self._set_state(False, c.REASON_BAD_KUBECONFIG,
                             f"cannot build a client from the kubeconfig ({type(error).__name__})")
             return
+        self.open(client)
+
+    def open(self, client: ClusterClient) -> None:
+        """Start the watches and the probe over `client`, which the connection now owns."""
+        self.client = client
         self.mirrors = Informer(
-            Resource(self.client, self._options.kind.kind),
+            Resource(client, self._options.kind.kind),
             label_selector=f"{c.LABEL_ORIGIN}={self._options.origin}",
             settings=self._options.informer_settings,
             on_connection=lambda error: self._on_watch_state("mirrors", error),
             name=f"{self.name}/mirrors",
         )
         self.mirrors.add_handler(self._on_mirror_event)
-        self._tasks = [
-            asyncio.create_task(self.mirrors.run(), name=f"worker/{self.name}/watch-mirrors"),
-            asyncio.create_task(self._probe_loop(), name=f"worker/{self.name}/probe"),
-        ]
+        self._supervise("watch-mirrors", self.mirrors.run)
+        self._supervise("probe", self._probe_loop)
         for kind_name, resource in self._options.kind.runtime_resources.items():
             runtimes = self.runtimes[kind_name] = Informer(
-                Resource(self.client, resource), settings=self._options.informer_settings,
+                Resource(client, resource), settings=self._options.informer_settings,
                 on_connection=functools.partial(self._on_watch_state, resource.plural),
                 name=f"{self.name}/{resource.plural}")
             runtimes.add_handler(functools.partial(self._options.on_runtime, self.name))
-            self._tasks.append(asyncio.create_task(
-                runtimes.run(), name=f"worker/{self.name}/watch-{resource.plural}"))
+            self._supervise(f"watch-{resource.plural}", runtimes.run)
         if self.spec.local_queue or self.spec.cluster_queue:
             self.kueue = WorkerKueue(
-                self.client, cluster_queue=self.spec.cluster_queue, worker=self.name,
+                client, cluster_queue=self.spec.cluster_queue, worker=self.name,
                 settings=self._options.informer_settings,
                 on_connection=lambda error: self._on_watch_state("workloads", error),
                 on_news=lambda key: self._options.on_workload(self.name, key))
-            self._tasks.append(asyncio.create_task(
-                self.kueue.run(), name=f"worker/{self.name}/watch-workloads"))
+            self._supervise("watch-workloads", self.kueue.run)
+
+    def _supervise(self, task: str, run: Body) -> None:
+        self._tasks.start_once(f"worker/{self.name}/{task}", run,
+                               restart_delay=_RESTART_SECONDS)
 
     def _on_watch_state(self, watch: str, error: Exception | None) -> None:
         self._watch_errors[watch] = error
@@ -197,7 +212,7 @@ class WorkerConnection:
     async def probe(self) -> None:
         """One health check: can we reach the worker and does it serve TrainJobs?"""
         assert self.client is not None
-        sent = self.last_probe = time.time()
+        sent = self.last_probe = self._clock.time()
         try:
             await self.client.request("GET", self._options.kind.probe_path(), verb="probe")
         except asyncio.CancelledError:
@@ -232,22 +247,24 @@ class WorkerConnection:
             self._set_state(True, c.REASON_CONNECTED, message)
 
     async def _probe_loop(self) -> None:
-        while True:
-            await self.probe()
-            self._probe_now.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._options.probe_interval):
-                    await self._probe_now.wait()
+        """Probe now, then every `probe_interval` or as soon as a watch's state changes.
+        A probe that raises makes the worker inactive before its task is restarted: a
+        worker whose health is not checked is not offered."""
+        try:
+            while True:
+                await self.probe()
+                self._probe_now.clear()
+                await self._clock.wait(self._probe_now, self._options.probe_interval)
+        except Exception as error:
+            self._set_state(False, c.REASON_PROBE_FAILED,
+                            f"the health probe failed unexpectedly ({type(error).__name__}: "
+                            f"{error}); it is restarted")
+            raise
 
     async def stop(self) -> None:
         """Cancel the tasks and close the client, even when cancelled while waiting."""
-        tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
         try:
-            if tasks:
-                # wait() never raises the tasks' CancelledError, but does raise our own.
-                await asyncio.wait(tasks)
+            await self._tasks.close()
         finally:
             client, self.client = self.client, None
             if client is not None:

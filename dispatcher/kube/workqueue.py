@@ -13,20 +13,21 @@ The semantics of client-go's work queue, without its locks:
 The reconcile function returns a `Result` (controller-runtime's rule): `done()` forgets
 the key's backoff, `after(s)` processes it again later, `retry()` (a conflict, a
 transient error) processes it again after the key's exponential backoff; an exception
-does the same and is logged.
+does the same and is logged. Delays are measured on the injected `Clock`, so a test moves
+them forward without waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import itertools
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import IntEnum
+
+from dispatcher.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +75,12 @@ class WorkQueue:
         self,
         *,
         name: str,
+        clock: Clock,
         backoff_base_seconds: float = 0.05,
         backoff_max_seconds: float = 60.0,
     ) -> None:
         self.name = name
+        self._clock = clock
         self._ready: asyncio.PriorityQueue[tuple[int, int, str]] = asyncio.PriorityQueue()
         self._sequence = itertools.count()
         self._queued: dict[str, int] = {}
@@ -107,7 +110,7 @@ class WorkQueue:
         if seconds <= 0:
             self.add(key)
             return
-        due = time.monotonic() + seconds
+        due = self._clock.monotonic() + seconds
         if key in self._due and self._due[key] <= due:
             return
         self._due[key] = due
@@ -129,7 +132,7 @@ class WorkQueue:
 
     async def _run_timer(self) -> None:
         while True:
-            now = time.monotonic()
+            now = self._clock.monotonic()
             while self._delayed and self._delayed[0][0] <= now:
                 due, key = heapq.heappop(self._delayed)
                 if self._due.get(key) == due:
@@ -137,9 +140,7 @@ class WorkQueue:
                     self.add(key)
             self._timer_wakeup.clear()
             timeout = self._delayed[0][0] - now if self._delayed else None
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await self._timer_wakeup.wait()
+            await self._clock.wait(self._timer_wakeup, timeout)
 
     async def _worker(self, reconcile: Reconciler) -> None:
         while True:

@@ -3,7 +3,8 @@
 Recording never blocks a reconcile: events go through a bounded queue to one writer
 task; when the queue is full an event is dropped (and logged), never the reconcile. An
 identical event for the same object within `dedupe_seconds` is written once. The last
-`keep_recent` events stay in memory (`recent`) for the status page.
+`keep_recent` events stay in memory (`recent`) for the status page. The time of an
+event and the de-duplication window are read from the injected `Clock`.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-import time
 import uuid
 from collections import deque
 from typing import Any
 
+from dispatcher.clock import Clock
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import EVENTS, Resource
 
@@ -25,9 +26,11 @@ CONTROLLER = "dispatcher.trainjob.io/trainjob-dispatcher"
 
 
 class EventRecorder:
-    def __init__(self, client: ClusterClient, *, instance: str, capacity: int = 5000,
-                 dedupe_seconds: float = 60.0, keep_recent: int = 50) -> None:
+    def __init__(self, client: ClusterClient, *, instance: str, clock: Clock,
+                 capacity: int = 5000, dedupe_seconds: float = 60.0,
+                 keep_recent: int = 50) -> None:
         self._events = Resource(client, EVENTS)
+        self._clock = clock
         self._instance = instance
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=capacity)
         self._recent: dict[tuple[str, str, str], float] = {}
@@ -39,7 +42,7 @@ class EventRecorder:
                warning: bool = False, action: str = "Dispatch") -> None:
         metadata = obj["metadata"]
         uid = metadata.get("uid", "")
-        now = time.monotonic()
+        now = self._clock.monotonic()
         key = (uid, reason, message)
         if now - self._recent.get(key, -1e9) < self._dedupe_seconds:
             return
@@ -52,7 +55,8 @@ class EventRecorder:
             "kind": "Event",
             "metadata": {"name": f"{metadata['name']}.{uuid.uuid4().hex[:12]}",
                          "namespace": metadata.get("namespace", "default")},
-            "eventTime": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "eventTime": datetime.datetime.fromtimestamp(
+                self._clock.time(), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             "reportingController": CONTROLLER,
             "reportingInstance": self._instance,
             "action": action,

@@ -10,11 +10,11 @@ once when a worker changes, not only on the next reading.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from dispatcher.clock import Clock
 from dispatcher.observability.metrics import Metrics
 from dispatcher.placement.capacity import Capacity
 
@@ -46,8 +46,9 @@ class Reading:
 
 
 class Gauges:
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, *, clock: Clock) -> None:
         self._metrics = metrics
+        self._clock = clock
 
     def worker_usable(self, worker: str, usable: bool) -> None:
         self._metrics.worker_active.labels(worker).set(1 if usable else 0)
@@ -87,4 +88,4 @@ class Gauges:
                 self.publish(read())
             except Exception:
                 log.exception("refreshing gauges failed")
-            await asyncio.sleep(interval)
+            await self._clock.sleep(interval)

@@ -12,12 +12,13 @@ from collections.abc import Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from dispatcher.clock import Clock
 from dispatcher.observability.statuspage import StatusPage, StatusProvider
 
 
 class HealthServer:
     def __init__(self, *, registry: CollectorRegistry, host: str, port: int,
-                 ready: Callable[[], bool], role: Callable[[], str],
+                 ready: Callable[[], bool], role: Callable[[], str], clock: Clock,
                  status: StatusProvider | None = None) -> None:
         self._registry = registry
         self._host = host
@@ -25,6 +26,7 @@ class HealthServer:
         self._ready = ready
         self._role = role
         self._status = status
+        self._clock = clock
         self._runner: web.AppRunner | None = None
         self.port = port
 
@@ -48,7 +50,8 @@ class HealthServer:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         if self._status is not None:
-            StatusPage(provider=self._status, role=self._role).add_routes(app)
+            StatusPage(provider=self._status, role=self._role,
+                       clock=self._clock).add_routes(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)

@@ -4,7 +4,8 @@ The page is plain HTML, CSS and a small script shipped in the package (no build 
 the script polls `/api/status?offset=&limit=` every two seconds and draws what
 `statusview.build_view` made. Nothing here writes: every route is a GET. It shows job
 names and namespaces, so it is served where /metrics is (`server.host`/`server.port`)
-and `server.statusPage: false` turns it off.
+and `server.statusPage: false` turns it off. The cache's age and the view's time are read
+from the injected `Clock`.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
 
+from dispatcher.clock import Clock
 from dispatcher.observability.statusview import StatusView
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -50,9 +51,11 @@ def _int(request: web.Request, name: str, default: int, *, low: int, high: int) 
 class StatusPage:
     """Routes of the page on an aiohttp application."""
 
-    def __init__(self, *, provider: StatusProvider, role: Callable[[], str]) -> None:
+    def __init__(self, *, provider: StatusProvider, role: Callable[[], str],
+                 clock: Clock) -> None:
         self._provider = provider
         self._role = role
+        self._clock = clock
         self._cache: dict[tuple[int, int], tuple[float, str]] = {}
 
     def add_routes(self, app: web.Application) -> None:
@@ -78,18 +81,21 @@ class StatusPage:
                             content_type="application/json", headers=_HEADERS)
 
     async def _body(self, offset: int, limit: int) -> str:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         cached = self._cache.get((offset, limit))
         if cached is not None and now - cached[0] < CACHE_SECONDS:
             return cached[1]
-        text = await asyncio.to_thread(_render, self._provider(offset, limit), self._role())
+        generated_at = datetime.datetime.fromtimestamp(self._clock.time(), datetime.UTC)
+        text = await asyncio.to_thread(_render, self._provider(offset, limit), self._role(),
+                                       generated_at)
         self._cache = {k: v for k, v in self._cache.items() if now - v[0] < CACHE_SECONDS}
         self._cache[(offset, limit)] = (now, text)
         return text
 
 
-def _render(build: Callable[[], StatusView], role: str) -> str:
+def _render(build: Callable[[], StatusView], role: str,
+            generated_at: datetime.datetime) -> str:
     body = build().to_json()
     body["role"] = role
-    body["generatedAt"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body["generatedAt"] = generated_at.strftime("%Y-%m-%dT%H:%M:%SZ")
     return json.dumps(body, separators=(",", ":"))

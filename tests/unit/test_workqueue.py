@@ -1,16 +1,25 @@
-"""The work queue runs each key at most once at a time and coalesces bursts."""
+"""The work queue runs each key at most once at a time and coalesces bursts; its delays
+and backoffs are measured on a fake clock, so nothing here waits in real time."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
+import pytest
+
+from devkit.fakeclock import FakeClock
 from dispatcher.kube.workqueue import Lane, Reconciler, Result, WorkQueue
 
 
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
 @contextlib.asynccontextmanager
-async def _running(queue: WorkQueue, reconcile: Reconciler, *, workers: int
+async def _running(queue: WorkQueue, reconcile: Reconciler, *, workers: int = 4
                    ) -> AsyncIterator[None]:
     """The queue's workers, running for the duration of the block."""
     task = asyncio.create_task(queue.run_workers(reconcile, workers=workers))
@@ -22,34 +31,37 @@ async def _running(queue: WorkQueue, reconcile: Reconciler, *, workers: int
             await task
 
 
-async def _run_until(queue: WorkQueue, reconcile: Reconciler,
-                     condition: Callable[[], bool], *, workers: int = 4) -> None:
-    async with _running(queue, reconcile, workers=workers):
-        for _ in range(200):
-            if condition():
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError("condition not reached")
+class Recorder:
+    """A reconcile that notes each key with the fake time it ran at."""
+
+    def __init__(self, clock: FakeClock, results: list[Result] | None = None) -> None:
+        self.clock = clock
+        self.calls: list[tuple[str, float]] = []
+        self._results = list(results or [])
+
+    async def __call__(self, key: str) -> Result:
+        self.calls.append((key, self.clock.monotonic()))
+        return self._results.pop(0) if self._results else Result.done()
+
+    @property
+    def keys(self) -> list[str]:
+        return [key for key, _ in self.calls]
 
 
-async def test_burst_of_adds_is_processed_once() -> None:
-    queue = WorkQueue(name="t")
-    seen: list[str] = []
-
-    async def reconcile(key: str) -> Result:
-        seen.append(key)
-        return Result.done()
-
+async def test_burst_of_adds_is_processed_once(clock: FakeClock) -> None:
+    queue = WorkQueue(name="t", clock=clock)
+    reconcile = Recorder(clock)
     for _ in range(10):
         queue.add("a")
     queue.add("b")
-    await _run_until(queue, reconcile, lambda: len(seen) >= 2)
-    await asyncio.sleep(0.05)
-    assert sorted(seen) == ["a", "b"]
+    async with _running(queue, reconcile):
+        await clock.advance(0)
+    assert sorted(reconcile.keys) == ["a", "b"]
 
 
-async def test_key_added_while_processing_runs_once_more_never_concurrently() -> None:
-    queue = WorkQueue(name="t")
+async def test_key_added_while_processing_runs_once_more_never_concurrently(
+        clock: FakeClock) -> None:
+    queue = WorkQueue(name="t", clock=clock)
     running = 0
     max_running = 0
     calls = 0
@@ -66,54 +78,92 @@ async def test_key_added_while_processing_runs_once_more_never_concurrently() ->
         return Result.done()
 
     queue.add("k")
-    async with _running(queue, reconcile, workers=4):
-        await asyncio.sleep(0.02)
+    async with _running(queue, reconcile):
+        await clock.advance(0)
         for _ in range(5):
             queue.add("k")
         release.set()
-        await asyncio.sleep(0.05)
+        await clock.advance(0)
     assert calls == 2
     assert max_running == 1
 
 
-async def test_failures_back_off_and_success_forgets() -> None:
-    queue = WorkQueue(name="t", backoff_base_seconds=0.01)
-    attempts = 0
+async def test_delayed_add_waits_its_delay_and_the_earliest_wins(clock: FakeClock) -> None:
+    queue = WorkQueue(name="t", clock=clock)
+    reconcile = Recorder(clock)
+    queue.add_after("late", 10)
+    queue.add_after("late", 2)
+    queue.add_after("late", 5)  # later than the one queued: ignored
+    assert len(queue) == 1
+    async with _running(queue, reconcile):
+        await clock.advance(1.9)
+        assert reconcile.calls == []
+        await clock.advance(0.1)
+        assert reconcile.calls == [("late", 2.0)]
+        await clock.advance(60)
+    assert reconcile.calls == [("late", 2.0)]
+    assert len(queue) == 0
+
+
+async def test_delayed_add_made_while_the_timer_sleeps_wakes_it_earlier(
+        clock: FakeClock) -> None:
+    queue = WorkQueue(name="t", clock=clock)
+    reconcile = Recorder(clock)
+    async with _running(queue, reconcile):
+        queue.add_after("slow", 30)
+        await clock.advance(1)
+        queue.add_after("quick", 1)
+        await clock.advance(1)
+        assert reconcile.calls == [("quick", 2.0)]
+        await clock.advance(28)
+    assert reconcile.calls == [("quick", 2.0), ("slow", 30.0)]
+
+
+async def test_requeue_after_runs_the_key_again_then(clock: FakeClock) -> None:
+    queue = WorkQueue(name="t", clock=clock)
+    reconcile = Recorder(clock, [Result.after(7)])
+    queue.add("k")
+    async with _running(queue, reconcile):
+        await clock.advance(6.9)
+        assert reconcile.calls == [("k", 0.0)]
+        await clock.advance(0.1)
+    assert reconcile.calls == [("k", 0.0), ("k", 7.0)]
+
+
+async def test_failures_back_off_exponentially_per_key_and_success_forgets(
+        clock: FakeClock) -> None:
+    queue = WorkQueue(name="t", clock=clock, backoff_base_seconds=1, backoff_max_seconds=5)
+    attempts: dict[str, list[float]] = {"failing": [], "healthy": []}
 
     async def reconcile(key: str) -> Result:
-        nonlocal attempts
-        attempts += 1
-        if attempts < 3:
+        attempts[key].append(clock.monotonic())
+        if key == "failing" and len(attempts[key]) < 5:
             raise RuntimeError("transient")
         return Result.done()
 
+    queue.add("failing")
+    queue.add("healthy")
+    async with _running(queue, reconcile):
+        await clock.advance(100)
+    # Retried after 1, 2, 4, then 5 (the cap) seconds; the other key is not held up.
+    assert attempts["failing"] == [0.0, 1.0, 3.0, 7.0, 12.0]
+    assert attempts["healthy"] == [0.0]
+    assert queue.failures("failing") == 0
+
+
+async def test_retry_result_backs_off_like_a_failure(clock: FakeClock) -> None:
+    queue = WorkQueue(name="t", clock=clock, backoff_base_seconds=0.5)
+    reconcile = Recorder(clock, [Result.retry(), Result.retry()])
     queue.add("k")
-    await _run_until(queue, reconcile, lambda: attempts >= 3)
+    async with _running(queue, reconcile):
+        await clock.advance(10)
+    assert reconcile.calls == [("k", 0.0), ("k", 0.5), ("k", 1.5)]
     assert queue.failures("k") == 0
 
 
-async def test_requeue_after_and_earliest_delay_wins() -> None:
-    queue = WorkQueue(name="t")
-    seen: list[str] = []
-
-    async def reconcile(key: str) -> Result:
-        seen.append(key)
-        return Result.done()
-
-    queue.add_after("late", 10)
-    queue.add_after("late", 0.02)
-    queue.add_after("late", 5)
-    await _run_until(queue, reconcile, lambda: seen == ["late"])
-
-
-async def test_earlier_lanes_go_first_and_each_key_runs_once() -> None:
-    queue = WorkQueue(name="t")
-    order: list[str] = []
-
-    async def reconcile(key: str) -> Result:
-        order.append(key)
-        return Result.done()
-
+async def test_earlier_lanes_go_first_and_each_key_runs_once(clock: FakeClock) -> None:
+    queue = WorkQueue(name="t", clock=clock)
+    reconcile = Recorder(clock)
     for index in range(5):
         queue.add(f"new-{index}")
     queue.add("placed-1", lane=Lane.PROMPT)
@@ -123,14 +173,15 @@ async def test_earlier_lanes_go_first_and_each_key_runs_once() -> None:
     queue.add("status-1")  # already urgent: stays there
     queue.add("placed-1")
     assert len(queue) == 7
-    await _run_until(queue, reconcile, lambda: len(order) >= 7, workers=1)
-    await asyncio.sleep(0.02)
-    assert order == ["status-1", "new-3", "placed-1", "new-4", "new-0", "new-1", "new-2"]
+    async with _running(queue, reconcile, workers=1):
+        await clock.advance(0)
+    assert reconcile.keys == ["status-1", "new-3", "placed-1", "new-4", "new-0", "new-1",
+                              "new-2"]
     assert len(queue) == 0
 
 
-async def test_urgency_of_a_key_added_while_processing_is_kept() -> None:
-    queue = WorkQueue(name="t")
+async def test_urgency_of_a_key_added_while_processing_is_kept(clock: FakeClock) -> None:
+    queue = WorkQueue(name="t", clock=clock)
     order: list[str] = []
     release = asyncio.Event()
 
@@ -142,9 +193,9 @@ async def test_urgency_of_a_key_added_while_processing_is_kept() -> None:
 
     queue.add("running")
     async with _running(queue, reconcile, workers=1):
-        await asyncio.sleep(0.02)
+        await clock.advance(0)
         queue.add("new")
         queue.add("running", lane=Lane.URGENT)
         release.set()
-        await asyncio.sleep(0.05)
+        await clock.advance(0)
     assert order == ["running", "running", "new"]

@@ -1,0 +1,96 @@
+"""The garbage collector on a fake clock: every `interval` it deletes the mirrors whose
+manager job is gone (confirmed against the manager's API, here a fake client) and keeps
+those its placement record names; nothing before the interval has passed."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from devkit.fakeclock import FakeClock
+from dispatcher.api import constants as c
+from dispatcher.api.placement import PLACEMENTS
+from dispatcher.api.trainer import TRAINJOBS
+from dispatcher.controllers.gc import GarbageCollector
+from dispatcher.controllers.jobs.records import PlacementRecords
+from dispatcher.kinds.trainjob import TrainJobKind
+from dispatcher.observability.metrics import Metrics
+from tests.unit.fakes import FakeClient, FakeRegistry, cache, worker
+
+JSON = dict[str, Any]
+NAMESPACE = "trainjob-dispatcher"
+INTERVAL = 30.0
+
+
+def _mirror(name: str, uid: str) -> JSON:
+    return {"apiVersion": TRAINJOBS.api_version, "kind": "TrainJob",
+            "metadata": {"name": name, "namespace": "ns", "uid": f"mirror-{uid}",
+                         "labels": {c.LABEL_ORIGIN: "test"},
+                         "annotations": {c.ANNOTATION_MANAGER_UID: uid}},
+            "spec": {}}
+
+
+class Setup:
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.manager = FakeClient("manager")
+        self.remote = FakeClient("w1")
+        self.metrics = Metrics()
+        gone, placed = _mirror("gone", "uid-gone"), _mirror("placed", "uid-placed")
+        for mirror in (gone, placed):
+            path = TRAINJOBS.path(namespace="ns", name=mirror["metadata"]["name"])
+            self.remote.objects[path] = mirror
+        self.worker = worker("w1", self.clock)
+        self.worker.client = self.remote.as_client()
+        self.worker.mirrors = cache(TRAINJOBS, {"ns/gone": gone, "ns/placed": placed})
+        job = {"metadata": {"name": "placed", "namespace": "ns", "uid": "uid-placed"},
+               "spec": {}}
+        record = {"metadata": {"name": "uid-placed", "namespace": NAMESPACE},
+                  "spec": {"job": {"namespace": "ns", "name": "placed", "uid": "uid-placed"},
+                           "worker": "w1"}}
+        self.collector = GarbageCollector(
+            manager=self.manager.as_client(), trainjobs=cache(TRAINJOBS, {"ns/placed": job}),
+            records=PlacementRecords(cache(PLACEMENTS, {f"{NAMESPACE}/uid-placed": record},
+                                           namespace=NAMESPACE)),
+            registry=FakeRegistry(self.worker),  # type: ignore[arg-type]
+            kind=TrainJobKind(), origin="test", keep_finished=False, interval=INTERVAL,
+            metrics=self.metrics, clock=self.clock)
+
+    def collected(self) -> float:
+        value = self.metrics.registry.get_sample_value(
+            "dispatcher_mirrors_garbage_collected_total", {"worker": "w1"})
+        return value or 0.0
+
+
+@pytest.fixture
+def setup() -> Setup:
+    return Setup()
+
+
+async def test_orphans_are_deleted_every_interval_and_not_before(setup: Setup) -> None:
+    task = asyncio.create_task(setup.collector.run())
+    try:
+        await setup.clock.advance(INTERVAL - 0.1)
+        assert setup.remote.made("delete") == []
+        await setup.clock.advance(0.1)
+        [delete] = setup.remote.made("delete")
+        assert delete.path == TRAINJOBS.path(namespace="ns", name="gone")
+        assert delete.body["preconditions"] == {"uid": "mirror-uid-gone"}
+        # Confirmed against the manager (the job and its record) before the delete.
+        assert [r.verb for r in setup.manager.requests] == ["get", "get"]
+        assert setup.worker.mirrors is not None
+        assert list(setup.worker.mirrors.store) == ["ns/placed"]
+        assert setup.collected() == 1
+        await setup.clock.advance(INTERVAL)
+        assert len(setup.remote.made("delete")) == 1
+    finally:
+        task.cancel()
+        await asyncio.wait([task])
+
+
+async def test_an_inactive_worker_is_left_alone(setup: Setup) -> None:
+    setup.worker.active = False
+    await setup.collector.collect_all()
+    assert setup.remote.requests == [] and setup.manager.requests == []
