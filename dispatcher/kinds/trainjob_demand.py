@@ -142,6 +142,34 @@ def _replicated_job_demand(
     return total
 
 
+MAX_NAME_LENGTH = 63
+"""Kubernetes' limit for the names (DNS-1035 labels) JobSet gives the Jobs and pods."""
+_POD_SUFFIX = "-abcde"
+"""The five random characters a pod's generated name ends with, as JobSet counts them."""
+
+
+def _check_name_fits(job: models.TrainerV1alpha1TrainJob,
+                     replicated_jobs: list[models.JobsetV1alpha2ReplicatedJob], *,
+                     policy: models.TrainerV1alpha1MLPolicy | None, runtime: str) -> None:
+    """The worker's JobSet refuses a JobSet whose Jobs or indexed pods would get names
+    longer than 63 characters, and its Trainer then never starts the job: refuse such a
+    job here, with the longest name it may have."""
+    name = (job.metadata.name if job.metadata else None) or ""
+    for replicated in replicated_jobs:
+        replicas = replicated.replicas or 1
+        longest = f"{name}-{replicated.name}-{replicas - 1}"
+        if _is_trainer_step(replicated):
+            nodes = _trainer_nodes(job, policy, runtime=runtime)
+            longest = f"{longest}-{nodes - 1}{_POD_SUFFIX}"
+        excess = len(longest) - MAX_NAME_LENGTH
+        if excess > 0:
+            raise DemandError(
+                f"metadata.name: {name!r} is too long for the JobSet the Trainer makes of it "
+                f"with {runtime}: it would name a Job or pod {longest!r} ({len(longest)} > "
+                f"{MAX_NAME_LENGTH} characters); at most {len(name) - excess} characters",
+                reason=c.REASON_INVALID_TRAINJOB)
+
+
 def _steps(replicated_jobs: list[models.JobsetV1alpha2ReplicatedJob], *,
            runtime: str) -> list[list[str]]:
     """Replicated job names grouped by dependsOn depth: a step waits for the one before.
@@ -223,6 +251,7 @@ def demand_with_spec(
                                        runtime=runtime_name)
         for r in replicated_jobs
     }
+    _check_name_fits(parsed, replicated_jobs, policy=spec.ml_policy, runtime=runtime_name)
     if mode == DemandMode.PEAK_OF_STEPS:
         demand = resources.maximum(resources.add(*(per_job[n] for n in step)) for step in steps)
     else:

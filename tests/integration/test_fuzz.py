@@ -35,7 +35,9 @@ Job = tuple[dict[str, Any], str]
 """A TrainJob and the reason it must end with (`Complete` for a normal job)."""
 
 BAD_QUANTITIES = ["-1", "-0.5", -3, "-1Gi", "1e65", "99999999999999999999", "1" * 70,
-                  "9Ei", "-0.001m"]
+                  "-0.001m"]
+LONGEST_NAME = 63 - len("-node-0-4999-abcde")
+"""The longest name whose pods JobSet can name with 5,000 nodes of the torch runtime."""
 INVALID_SELECTORS = ["gpu in (a100", "=x", "a b c", "zone notin ("]
 
 
@@ -88,16 +90,19 @@ class JobFactory:
 
     def _name(self) -> str:
         self.count += 1
-        if self.random.random() < 0.1:  # as long as a TrainJob name may be
-            filler = "".join(self.random.choices(string.ascii_lowercase, k=63))
-            return f"j{self.count}-{filler}"[:63]
+        if self.random.random() < 0.1:  # as long as a TrainJob name that runs may be
+            return self._long_name(LONGEST_NAME)
         return f"j{self.count}"
 
-    def _job(self, expected: str, **kwargs: Any) -> Job:
+    def _long_name(self, length: int) -> str:
+        filler = "".join(self.random.choices(string.ascii_lowercase, k=length))
+        return f"j{self.count}-{filler}"[:length]
+
+    def _job(self, expected: str, *, name: str = "", **kwargs: Any) -> Job:
         annotations = kwargs.pop("annotations", {})
         if self.random.random() < 0.05:  # enormous annotations travel with the job
             annotations["example.com/blob"] = "x" * self.random.randint(10_000, 100_000)
-        job = trainjob(self._name(), self.namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+        job = trainjob(name or self._name(), self.namespace, managed_by=MANAGED_BY_MULTIKUEUE,
                        annotations=annotations, runtime_patches=[kwok_patch(run_seconds=0.2)],
                        **kwargs)
         return job, expected
@@ -111,7 +116,7 @@ class JobFactory:
         makers: list[Callable[[], Job]] = [
             self._bad_quantity, self._bad_nodes, self._unknown_runtime, self._odd_runtime,
             self._invalid_selector, self._selector_matching_nothing, self._too_big,
-            self._offered_nowhere,
+            self._offered_nowhere, self._huge_request, self._name_too_long,
         ]
         return self.random.choice(makers)()
 
@@ -121,6 +126,18 @@ class JobFactory:
         value = self.random.choice(BAD_QUANTITIES)
         return self._job(c.REASON_INVALID_RESOURCES,
                          resources_per_node={where: {resource: value}})
+
+    def _huge_request(self) -> Job:
+        """A quantity the manager's Trainer stores as the largest int64: valid, and more
+        than any worker has."""
+        resource = self.random.choice(["cpu", "memory", "nvidia.com/gpu"])
+        return self._job(c.REASON_UNSCHEDULABLE,
+                         resources_per_node={"requests": {resource: "9Ei"}})
+
+    def _name_too_long(self) -> Job:
+        """A valid TrainJob name too long for the names its JobSet would give its pods."""
+        self.count += 1
+        return self._job(c.REASON_INVALID_TRAINJOB, name=self._long_name(63))
 
     def _bad_nodes(self) -> Job:
         return self._job(c.REASON_INVALID_RESOURCES,

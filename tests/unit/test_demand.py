@@ -121,3 +121,23 @@ def test_job_without_requests_needs_only_pods() -> None:
 def test_runtime_without_replicated_jobs_is_an_error() -> None:
     with pytest.raises(DemandError):
         trainjob_demand(trainjob("j", "ns"), runtime())
+
+
+def test_a_name_too_long_for_the_jobset_of_its_runtime_is_refused_with_the_longest_allowed(
+) -> None:
+    rt = runtime(replicated("node", step="trainer", containers=[container("node", cpu="1")]))
+    # The trainer's indexed pods are the longest: "<name>-node-0-<node>-abcde".
+    longest_fit = "j" * (63 - len("-node-0-9-abcde"))
+    assert trainjob_demand(trainjob(longest_fit, "ns", num_nodes=10), rt)["pods"] == 10
+    with pytest.raises(DemandError) as refused:
+        trainjob_demand(trainjob(longest_fit, "ns", num_nodes=11), rt)  # "-node-0-10-abcde"
+    assert refused.value.reason == "InvalidTrainJob"
+    assert f"at most {len(longest_fit) - 1} characters" in str(refused.value)
+    assert "64 > 63 characters" in str(refused.value)
+    # A Job name counts too: "<name>-dataset-initializer-0" for an initializer.
+    rt = runtime(replicated("dataset-initializer", step="dataset-initializer"),
+                 replicated("node", step="trainer", containers=[container("node", cpu="1")]))
+    initializer_limit = 63 - len("-dataset-initializer-0")
+    with pytest.raises(DemandError, match="dataset-initializer-0"):
+        trainjob_demand(trainjob("i" * (initializer_limit + 1), "ns"), rt)
+    trainjob_demand(trainjob("i" * initializer_limit, "ns"), rt)
