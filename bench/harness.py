@@ -45,6 +45,7 @@ from dispatcher.kube.resource import NAMESPACES, Resource
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
+SAMPLE_RUNTIME = ROOT / "config" / "samples" / "clustertrainingruntime-torch.yaml"
 NAMESPACE = "bench"
 """Where the dispatcher's jobs are created (and claimed) on the manager."""
 FLOOR_NAMESPACE = "floor"
@@ -315,7 +316,7 @@ async def prepare(clients: dict[str, ClusterClient]) -> None:
     and deleted on each: an API server sets up serving a custom resource on its first
     request to it (~2 s for TrainJobs), which is not part of anyone's throughput."""
     runtime = yaml.safe_load(
-        (ROOT / "config/samples/clustertrainingruntime-torch.yaml").read_text())
+        SAMPLE_RUNTIME.read_text())
     for client in clients.values():
         await Resource(client, CLUSTER_TRAINING_RUNTIMES).apply(runtime, field_manager="bench")
         for ns in (FLOOR_NAMESPACE, NAMESPACE):

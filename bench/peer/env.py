@@ -20,11 +20,11 @@ import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
 
+from bench.harness import SAMPLE_RUNTIME
 from devkit.factories import trainjob
 from devkit.localcluster import LocalControlPlane
 from devkit.localcluster.kueue import KueueSettings, MultiKueueSettings
@@ -35,7 +35,6 @@ from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource
 from dispatcher.placement.quantity import parse_quantity
 
-ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "bench"
 QUEUE = "bench"
 CHECK = "bench-multikueue"
@@ -187,7 +186,7 @@ async def environment(system: System, *, workers: int, quota: dict[str, str] | N
                           lost_timeout_seconds=lost_timeout_seconds, real_chain=real_chain)
         try:
             runtime = yaml.safe_load(
-                (ROOT / "config/samples/clustertrainingruntime-torch.yaml").read_text())
+                SAMPLE_RUNTIME.read_text())
             if real_chain:
                 runtime = kwok_timed(runtime, run_seconds=run_seconds)
             await asyncio.gather(*(_prepare_cluster(c, runtime) for c in clients.values()))

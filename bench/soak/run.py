@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from bench.harness import RESULTS, SAMPLE_RUNTIME
 from devkit.factories import trainjob
 from devkit.invariants import check_invariants
 from devkit.localcluster import LocalControlPlane
@@ -35,7 +36,6 @@ from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKU
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKERS = ("worker-a", "worker-b", "worker-c")
 QUOTA = {"cpu": "12", "memory": "64Gi"}
 NAMESPACE = "soak"
@@ -93,8 +93,7 @@ async def inject(fault: str, plane: LocalControlPlane, dispatcher: DispatcherPro
 
 async def soak(minutes: float, rate: float, seed: int) -> dict[str, Any]:
     random.seed(seed)
-    results = ROOT / "bench" / "results"
-    results.mkdir(parents=True, exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     lost_timeout = 6.0
     async with LocalControlPlane() as plane:
         await plane.start(["manager", *WORKERS])
@@ -103,7 +102,7 @@ async def soak(minutes: float, rate: float, seed: int) -> dict[str, Any]:
             settings=ClientSettings(qps=500, burst=500, timeout_seconds=5))
             for n, cl in plane.clusters.items()}
         runtime = yaml.safe_load(
-            (ROOT / "config/samples/clustertrainingruntime-torch.yaml").read_text())
+            SAMPLE_RUNTIME.read_text())
         for client in clients.values():
             await Resource(client, CLUSTER_TRAINING_RUNTIMES).apply(runtime, field_manager="soak")
             await Resource(client, NAMESPACES).create({"metadata": {"name": NAMESPACE}})
@@ -119,7 +118,7 @@ async def soak(minutes: float, rate: float, seed: int) -> dict[str, Any]:
         }
         config_path = plane.directory / "dispatcher.yaml"
         config_path.write_text(yaml.safe_dump(config))
-        dispatcher = DispatcherProcess(config_path, results / "soak-dispatcher.log")
+        dispatcher = DispatcherProcess(config_path, RESULTS / "soak-dispatcher.log")
         dispatcher.start()
         trainers = [asyncio.create_task(SimulatedTrainer(clients[n], run_seconds=4).run())
                     for n in WORKERS]
@@ -153,7 +152,7 @@ async def soak(minutes: float, rate: float, seed: int) -> dict[str, Any]:
         dispatcher.stop()
         for client in clients.values():
             await client.close()
-    (results / "soak.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / "soak.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 
