@@ -67,16 +67,16 @@ def client_settings(config: DispatcherConfig) -> ClientSettings:
     return ClientSettings(qps=cfg.qps, burst=cfg.burst, timeout_seconds=cfg.timeout_seconds)
 
 
-def _registrations(manager: ClusterClient, config: DispatcherConfig, settings: InformerSettings
-                   ) -> tuple[Informer | None, Informer | None]:
+def _registrations(manager: ClusterClient, config: DispatcherConfig, settings: InformerSettings,
+                   clock: Clock) -> tuple[Informer | None, Informer | None]:
     """The WorkerCluster objects and the Secrets of the dispatcher's namespace (their
     kubeconfigs), when workers are registered that way."""
     if not config.workers.from_crd:
         return None, None
     return (Informer(Resource(manager, WORKER_CLUSTERS), settings=settings,
-                     name="manager/workerclusters"),
+                     name="manager/workerclusters", clock=clock),
             Informer(Resource(manager, SECRETS), namespace=config.namespace, settings=settings,
-                     name="manager/secrets"))
+                     name="manager/secrets", clock=clock))
 
 
 def _jobs_controller(term: LeaderTerm, *, manager: ClusterClient,
@@ -123,14 +123,14 @@ class LeaderTerm:
         settings = InformerSettings()
         self.queue = WorkQueue(name="trainjobs", clock=clock)
         self.trainjobs = Informer(Resource(manager, kind.kind), settings=settings,
-                                  name="manager/trainjobs")
+                                  name="manager/trainjobs", clock=clock)
         runtimes = {name: Informer(Resource(manager, resource), settings=settings,
-                                   name=f"manager/{resource.plural}")
+                                   name=f"manager/{resource.plural}", clock=clock)
                     for name, resource in kind.runtime_resources.items()}
         placements = Informer(Resource(manager, PLACEMENTS), namespace=cfg.namespace,
-                              settings=settings, name="manager/placements")
+                              settings=settings, name="manager/placements", clock=clock)
         self.records = PlacementRecords(placements)
-        worker_clusters, secrets = _registrations(manager, cfg, settings)
+        worker_clusters, secrets = _registrations(manager, cfg, settings, clock)
         self.informers = [self.trainjobs, *runtimes.values(), placements,
                           *(i for i in (worker_clusters, secrets) if i is not None)]
         self.registry = WorkerRegistry(
@@ -334,15 +334,16 @@ class Dispatcher:
         if self._manager_kubeconfig is not None:
             return await ClusterClient.from_kubeconfig(
                 name="manager", kubeconfig=self._manager_kubeconfig, settings=settings,
-                observer=observer)
+                observer=observer, clock=self.clock)
         if self.config.manager_kubeconfig is not None:
             import yaml
 
             kubeconfig = yaml.safe_load(self.config.manager_kubeconfig.read_text())
             return await ClusterClient.from_kubeconfig(
-                name="manager", kubeconfig=kubeconfig, settings=settings, observer=observer)
+                name="manager", kubeconfig=kubeconfig, settings=settings, observer=observer,
+                clock=self.clock)
         return await ClusterClient.in_cluster(name="manager", settings=settings,
-                                              observer=observer)
+                                              observer=observer, clock=self.clock)
 
     async def run(self) -> None:
         """Serve health and metrics; work (alone, or while holding the Lease)."""

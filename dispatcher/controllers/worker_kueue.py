@@ -24,6 +24,7 @@ from typing import Any
 
 from dispatcher.api import constants as c
 from dispatcher.api.kueue import CLUSTER_QUEUES, WORKLOAD_PRIORITY_CLASSES, WORKLOADS
+from dispatcher.clock import Clock
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.informer import DELETED, ConnectionHandler, Informer, InformerSettings
 from dispatcher.kube.resource import Resource
@@ -85,11 +86,11 @@ def owner_key(workload: JSON) -> str | None:
 class WorkerKueue:
     def __init__(self, client: ClusterClient, *, cluster_queue: str, worker: str,
                  settings: InformerSettings, on_connection: ConnectionHandler,
-                 on_news: WorkloadNews) -> None:
+                 on_news: WorkloadNews, clock: Clock) -> None:
         self.cluster_queue = cluster_queue
         self.workloads = Informer(Resource(client, WORKLOADS), settings=settings,
                                   on_connection=on_connection, name=f"{worker}/workloads",
-                                  transform=summary)
+                                  transform=summary, clock=clock)
         self.workloads.add_handler(self._on_workload)
         self.queues: dict[str, QueueQuota] = {}
         self._client = client

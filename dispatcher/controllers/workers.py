@@ -161,6 +161,7 @@ class WorkerConnection:
             client = await ClusterClient.from_kubeconfig(
                 name=self.name, kubeconfig=self.spec.kubeconfig,
                 settings=self._options.client_settings, observer=self._options.observer,
+                clock=self._options.clock,
             )
         except Exception as error:
             self._set_state(False, c.REASON_BAD_KUBECONFIG,
@@ -176,7 +177,7 @@ class WorkerConnection:
             label_selector=f"{c.LABEL_ORIGIN}={self._options.origin}",
             settings=self._options.informer_settings,
             on_connection=lambda error: self._on_watch_state("mirrors", error),
-            name=f"{self.name}/mirrors",
+            name=f"{self.name}/mirrors", clock=self._options.clock,
         )
         self.mirrors.add_handler(self._on_mirror_event)
         self._supervise("watch-mirrors", self.mirrors.run)
@@ -185,13 +186,13 @@ class WorkerConnection:
             runtimes = self.runtimes[kind_name] = Informer(
                 Resource(client, resource), settings=self._options.informer_settings,
                 on_connection=functools.partial(self._on_watch_state, resource.plural),
-                name=f"{self.name}/{resource.plural}")
+                name=f"{self.name}/{resource.plural}", clock=self._options.clock)
             runtimes.add_handler(functools.partial(self._options.on_runtime, self.name))
             self._supervise(f"watch-{resource.plural}", runtimes.run)
         if self.spec.local_queue or self.spec.cluster_queue:
             self.kueue = WorkerKueue(
                 client, cluster_queue=self.spec.cluster_queue, worker=self.name,
-                settings=self._options.informer_settings,
+                settings=self._options.informer_settings, clock=self._options.clock,
                 on_connection=lambda error: self._on_watch_state("workloads", error),
                 on_news=lambda key: self._options.on_workload(self.name, key))
             self._supervise("watch-workloads", self.kueue.run)

@@ -10,7 +10,6 @@ hang forever), and records the request count and latency by verb and code.
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
@@ -22,6 +21,8 @@ from aiolimiter import AsyncLimiter
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import load_incluster_config, new_client_from_config_dict
+
+from dispatcher.clock import Clock, SystemClock
 
 JSON = dict[str, Any]
 RequestObserver = Callable[[str, str, int, float], None]
@@ -81,9 +82,11 @@ class ClusterClient:
         api: ApiClient,
         settings: ClientSettings,
         observer: RequestObserver = _no_observer,
+        clock: Clock | None = None,
     ) -> None:
         self.name = name
         self.api = api
+        self._clock: Clock = clock or SystemClock()
         self.settings = settings
         _resolve_environment_once(api)
         self._limiter = AsyncLimiter(
@@ -99,20 +102,23 @@ class ClusterClient:
         kubeconfig: JSON,
         settings: ClientSettings,
         observer: RequestObserver = _no_observer,
+        clock: Clock | None = None,
     ) -> ClusterClient:
         api = await new_client_from_config_dict(config_dict=kubeconfig)
         api.configuration.connection_pool_maxsize = settings.pool_size
-        return cls(name=name, api=api, settings=settings, observer=observer)
+        return cls(name=name, api=api, settings=settings, observer=observer, clock=clock)
 
     @classmethod
     async def in_cluster(
-        cls, *, name: str, settings: ClientSettings, observer: RequestObserver = _no_observer
+        cls, *, name: str, settings: ClientSettings, observer: RequestObserver = _no_observer,
+        clock: Clock | None = None,
     ) -> ClusterClient:
         """The client of the cluster this process runs in (service-account token)."""
         configuration = Configuration()
         load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         configuration.connection_pool_maxsize = settings.pool_size
-        return cls(name=name, api=ApiClient(configuration), settings=settings, observer=observer)
+        return cls(name=name, api=ApiClient(configuration), settings=settings, observer=observer,
+                   clock=clock)
 
     async def close(self) -> None:
         await self.api.close()
@@ -135,7 +141,7 @@ class ClusterClient:
         elif body is not None:
             headers["Content-Type"] = "application/json"
         await self._limiter.acquire()
-        started = time.monotonic()
+        started = self._clock.monotonic()
         code = 0
         try:
             response = await self.api.call_api(
@@ -153,7 +159,8 @@ class ClusterClient:
             code = response.status
             data = await response.read()
         finally:
-            self._observer(self.name, verb or method.lower(), code, time.monotonic() - started)
+            self._observer(self.name, verb or method.lower(), code,
+                           self._clock.monotonic() - started)
         if not 200 <= code <= 299:
             raise api_error(code, response.reason, data)
         return json.loads(data) if data else {}
@@ -167,7 +174,7 @@ class ClusterClient:
     ) -> aiohttp.ClientResponse:
         """Open a streaming GET (a watch); the caller reads lines and closes it."""
         await self._limiter.acquire()
-        started = time.monotonic()
+        started = self._clock.monotonic()
         code = 0
         try:
             response = await self.api.call_api(
@@ -181,7 +188,7 @@ class ClusterClient:
             )
             code = response.status
         finally:
-            self._observer(self.name, "watch", code, time.monotonic() - started)
+            self._observer(self.name, "watch", code, self._clock.monotonic() - started)
         if not 200 <= code <= 299:
             data = await response.read()
             response.release()

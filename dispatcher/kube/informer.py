@@ -27,7 +27,6 @@ import asyncio
 import json
 import logging
 import random
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +34,7 @@ from typing import Any
 import aiohttp
 from tenacity import wait_exponential_jitter
 
+from dispatcher.clock import Clock, SystemClock
 from dispatcher.kube.client import JSON
 from dispatcher.kube.resource import Resource, status_of
 
@@ -83,8 +83,10 @@ class Informer:
         on_connection: ConnectionHandler | None = None,
         name: str = "",
         transform: Callable[[JSON], JSON] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.resource = resource
+        self._clock: Clock = clock or SystemClock()
         self._transform = transform
         """Applied to every object before it is cached and handed to handlers: a cache of
         many large objects keeps only the fields its readers use."""
@@ -160,10 +162,10 @@ class Informer:
             except Exception as error:
                 self.restarts += 1
                 self._report(error)
-                delay = self._backoff.failed(time.monotonic())
+                delay = self._backoff.failed(self._clock.monotonic())
                 log.warning("%s: watch failed (%s), retrying in %.1fs",
                             self.name, _describe(error), delay)
-                await asyncio.sleep(delay)
+                await self._clock.sleep(delay)
 
     async def _list(self) -> None:
         items: dict[str, JSON] = {}
@@ -230,7 +232,7 @@ class Informer:
             if status_of(error) == 410:
                 raise ResourceVersionExpired from error
             raise
-        self._backoff.up(time.monotonic())
+        self._backoff.up(self._clock.monotonic())
         try:
             async for line in response.content:
                 if line.strip():
