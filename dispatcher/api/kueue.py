@@ -34,3 +34,6 @@ WORKLOAD_QUOTA_RESERVED = "QuotaReserved"
 WORKLOAD_ADMITTED = "Admitted"
 WORKLOAD_EVICTED = "Evicted"
 WORKLOAD_FINISHED = "Finished"
+EVICTED_BY_REJECTED_CHECK = "DeactivatedDueToAdmissionCheck"
+"""The Evicted reason of a Workload that Kueue deactivated because a check was Rejected
+(Kueue then resets the check to Pending; its event on the Workload keeps our message)."""

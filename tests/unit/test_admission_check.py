@@ -29,12 +29,13 @@ QUEUED_JOB["metadata"]["labels"] = {c.LABEL_KUEUE_QUEUE: "team"}
 
 
 def workload(*, reserved: bool = True, state: str | None = "Pending", message: str = "",
-             active: bool = True, evicted: bool = False, finished: bool = False
+             active: bool = True, evicted: bool | str = False, finished: bool = False
              ) -> dict[str, Any]:
     conditions = [{"type": "QuotaReserved", "status": str(reserved), "reason": "r",
                    "message": "" if reserved else "insufficient quota"}]
     if evicted:
-        conditions.append({"type": "Evicted", "status": "True", "reason": "Preempted",
+        reason = evicted if isinstance(evicted, str) else "Preempted"
+        conditions.append({"type": "Evicted", "status": "True", "reason": reason,
                            "message": "preempted by a higher priority"})
     if finished:
         conditions.append({"type": "Finished", "status": "True", "reason": "Succeeded",
@@ -67,6 +68,8 @@ def test_the_gate_opens_only_with_quota_reserved_and_our_check_pending() -> None
         (gate(workload(state="Rejected", message="too big")), c.REASON_CHECK_REJECTED),
         (gate(workload(state="Rejected", active=False)), c.REASON_CHECK_REJECTED),
         (gate(workload(active=False)), c.REASON_WITHDRAWN_BY_KUEUE),
+        (gate(workload(active=False, evicted="DeactivatedDueToAdmissionCheck")),
+         c.REASON_CHECK_REJECTED),
     ):
         assert (closed.admits, closed.holds, closed.reason) == (False, False, reason), closed
     assert "queue-name" in gate(None, job(suspend=True)).message

@@ -88,7 +88,13 @@ def gate_of(job: JSON, workload: JSON | None, checks: Collection[str], *,
             return _closed(c.REASON_CHECK_REJECTED,
                            f"AdmissionCheck {entry.get('name')} rejected it: "
                            f"{entry.get('message', '')}")
-        return _closed(c.REASON_WITHDRAWN_BY_KUEUE, f"Workload {name} is deactivated")
+        evicted = condition(workload.get("status"), k.WORKLOAD_EVICTED) or {}
+        said = f": {evicted['message']}" if evicted.get("message") else ""
+        if evicted.get("reason") == k.EVICTED_BY_REJECTED_CHECK:
+            return _closed(c.REASON_CHECK_REJECTED,
+                           f"Workload {name} deactivated by Kueue{said} (the reason is in "
+                           "Kueue's AdmissionCheckRejected event on the Workload)")
+        return _closed(c.REASON_WITHDRAWN_BY_KUEUE, f"Workload {name} is deactivated{said}")
     if not quota_reserved(workload):
         return _queued(workload)
     ours = check_of(workload, checks)

@@ -34,7 +34,7 @@ from devkit.localcluster.trainer import chain_crd_files, kwok_timed
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClientSettings, ClusterClient
-from dispatcher.kube.resource import NAMESPACES, Resource
+from dispatcher.kube.resource import EVENTS, NAMESPACES, Resource
 from tests.conftest import WORKER_NODES
 from tests.integration.conftest import SAMPLES, DispatcherRunner, eventually
 from tests.integration.kueue.conftest import conditions, is_true
@@ -176,19 +176,26 @@ async def test_a_job_that_fits_its_cluster_queue_but_no_worker_is_rejected(
     await submit(admission_plane, ns, "too-big", num_nodes=2,
                  resources_per_node={"requests": {"cpu": "40", "memory": "8Gi"}})
 
-    async def rejected() -> dict[str, Any] | None:
-        workload = await workload_of(admission_plane, ns)
-        return workload if our_check(workload, ns).get("state") == "Rejected" else None
-    workload = await eventually(rejected, timeout=60, interval=0.2)
-    message = our_check(workload, ns)["message"]
-    assert "no worker can hold it" in message and "cpu" in message, message
+    async def rejection() -> str:
+        """Kueue's event on the Workload: it deactivated it for our Rejected check, whose
+        message it quotes (the check itself is reset to Pending right after)."""
+        listed = await Resource(manager, EVENTS).list(namespace=ns)
+        return next((str(e.get("note")) for e in listed["items"]
+                     if e.get("reason") == "AdmissionCheckRejected"), "")
+    note = await eventually(rejection, timeout=60, interval=0.2)
+    assert "no worker can hold it" in note and "cpu" in note, note
 
     async def deactivated() -> dict[str, Any] | None:
         found = await workload_of(admission_plane, ns)
         return found if (found or {}).get("spec", {}).get("active") is False else None
     await eventually(deactivated, timeout=30, interval=0.2)
+
+    async def told() -> dict[str, Any] | None:
+        job = await Resource(manager, TRAINJOBS).get("too-big", namespace=ns)
+        shown = conditions(job).get(c.CONDITION_DISPATCHED, {})
+        return shown if shown.get("reason") == c.REASON_CHECK_REJECTED else None
+    await eventually(told, timeout=10, interval=0.2)
     job = await Resource(manager, TRAINJOBS).get("too-big", namespace=ns)
     assert job is not None and job["spec"].get("suspend") is True
-    assert conditions(job)[c.CONDITION_DISPATCHED]["reason"] == c.REASON_CHECK_REJECTED
     assert await Resource(admission_plane.clients[WORKER], TRAINJOBS).get(
         "too-big", namespace=ns) is None
