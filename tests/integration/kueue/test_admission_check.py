@@ -32,6 +32,7 @@ from devkit.localcluster.kueue_objects import (
 )
 from devkit.localcluster.trainer import chain_crd_files, kwok_timed
 from dispatcher.api import constants as c
+from dispatcher.api.placement import PLACEMENTS
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import EVENTS, NAMESPACES, Resource
@@ -199,3 +200,30 @@ async def test_a_job_that_fits_its_cluster_queue_but_no_worker_is_rejected(
     assert job is not None and job["spec"].get("suspend") is True
     assert await Resource(admission_plane.clients[WORKER], TRAINJOBS).get(
         "too-big", namespace=ns) is None
+
+
+async def test_a_check_left_pending_while_no_dispatcher_ran_is_taken_up_once(
+        admission_plane: Plane, ns: str, dispatchers: DispatcherRunner) -> None:
+    """The dispatcher stops with our check Active; Kueue reserves quota for a new job, its
+    check Pending; a new dispatcher places it once: one record, one mirror, Ready."""
+    manager = admission_plane.clients[MANAGER]
+    first = await start(admission_plane, dispatchers)
+    await wait_active(manager, ADMISSION_CHECKS, [ns])
+    await dispatchers.stop(first)
+    await submit(admission_plane, ns, "while-away")
+
+    async def pending() -> dict[str, Any] | None:
+        workload = await workload_of(admission_plane, ns)
+        return (workload if is_true(workload, "QuotaReserved")
+                and our_check(workload, ns).get("state") == "Pending" else None)
+    await eventually(pending, timeout=30, interval=0.2)
+    await start(admission_plane, dispatchers)
+
+    async def ready() -> dict[str, Any] | None:
+        workload = await workload_of(admission_plane, ns)
+        return workload if our_check(workload, ns).get("state") == "Ready" else None
+    await eventually(ready, timeout=60, interval=0.2)
+    records = await Resource(manager, PLACEMENTS).list(namespace=f"{ns}-system")
+    assert len(records["items"]) == 1, records["items"]
+    mirrors = await Resource(admission_plane.clients[WORKER], TRAINJOBS).list(namespace=ns)
+    assert [m["metadata"]["name"] for m in mirrors["items"]] == ["while-away"]
