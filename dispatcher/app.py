@@ -28,6 +28,7 @@ from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.claim import Claim
 from dispatcher.clock import Clock, SystemClock
 from dispatcher.config import DispatcherConfig
+from dispatcher.controllers.admission.controller import AdmissionCheckController
 from dispatcher.controllers.capacity import Capacities
 from dispatcher.controllers.gc import GarbageCollector
 from dispatcher.controllers.jobs.bookkeeping import Bookkeeper
@@ -46,7 +47,7 @@ from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.informer import Informer, InformerSettings
 from dispatcher.kube.leader import lead
 from dispatcher.kube.resource import SECRETS, Resource
-from dispatcher.kube.workqueue import Result, WorkQueue
+from dispatcher.kube.workqueue import Lane, Result, WorkQueue
 from dispatcher.observability.events import EventRecorder
 from dispatcher.observability.gauges import Gauges, Reading, WorkerReading
 from dispatcher.observability.metrics import Metrics
@@ -79,6 +80,20 @@ def _registrations(manager: ClusterClient, config: DispatcherConfig, settings: I
                      name="manager/secrets", clock=clock))
 
 
+def _admission(term: LeaderTerm, manager: ClusterClient, settings: InformerSettings
+               ) -> AdmissionCheckController | None:
+    """With `admissionCheck.controllerName`: the controller of our Kueue AdmissionChecks,
+    whose Workload news makes the job's reconcile urgent."""
+    name = term.config.admission_check.controller_name
+    if not name:
+        return None
+    return AdmissionCheckController(
+        controller_name=name, manager=manager, kind=term.kind,
+        origin=term.config.mirror.origin, trainjobs=term.trainjobs, records=term.records,
+        registry=term.registry, settings=settings, clock=term.clock,
+        on_job=lambda key: term.queue.add(key, lane=Lane.URGENT))
+
+
 def _jobs_controller(term: LeaderTerm, *, manager: ClusterClient,
                      runtimes: dict[str, Informer]) -> JobsController:
     """The term's jobs controller and its parts: the snapshot reader, the writers on the
@@ -88,7 +103,7 @@ def _jobs_controller(term: LeaderTerm, *, manager: ClusterClient,
         config=cfg, claim=term.claim, kind=kind, trainjobs=term.trainjobs,
         records=term.records, runtimes=runtimes, registry=term.registry, ledger=term.ledger,
         scheduling=term.scheduling, priorities=PriorityCache(manager, clock=clock),
-        clock=clock)
+        clock=clock, gates=term.admission.gate if term.admission is not None else None)
     return JobsController(
         config=cfg, claim=term.claim, kind=kind, registry=term.registry, ledger=term.ledger,
         scheduling=term.scheduling, trainjobs=term.trainjobs, records=term.records,
@@ -149,6 +164,11 @@ class LeaderTerm:
             policy=cfg.placement.policy, strategy=cfg.placement.queueing_strategy,
             on_decision=self._on_decision, on_pass=metrics.scheduling_passes.inc,
         )
+        self.admission = _admission(self, manager, settings)
+        if self.admission is not None:
+            self.informers.extend(self.admission.informers)
+        self.started = asyncio.Event()
+        """Set once the caches are synced, the workers connected and the ledger rebuilt."""
         self.jobs = _jobs_controller(self, manager=manager, runtimes=runtimes)
         self.worker_clusters = WorkerClustersController(
             config=cfg, registry=self.registry, capacity_of=capacities.of,
@@ -182,6 +202,8 @@ class LeaderTerm:
                         ("gauges", functools.partial(self.gauges.run, self.reading,
                                                      interval=_GAUGE_INTERVAL_SECONDS))):
                     self._guard(group, name, body)
+                if self.admission is not None:
+                    self._guard(group, "admission-checks", self._run_admission)
         finally:
             await self.tasks.close()
             await self.registry.close()
@@ -200,8 +222,15 @@ class LeaderTerm:
         for key in [*self.trainjobs.store, *(r.key for r in self.records.all())]:
             self.queue.add(key)
         self.scheduling.ready.set()
+        self.started.set()
         on_ready()
         await self.queue.run_workers(self._reconcile, workers=self.config.reconcile_workers)
+
+    async def _run_admission(self) -> None:
+        """Our checks move only once the term knows where every job is."""
+        assert self.admission is not None
+        await self.started.wait()
+        await self.admission.run()
 
     async def _reconcile(self, key: str) -> Result:
         try:
@@ -209,6 +238,9 @@ class LeaderTerm:
         except Exception:
             self.metrics.reconciles.labels("error").inc()
             raise
+        finally:
+            if self.admission is not None:
+                self.admission.job_changed(key)
         self.metrics.reconciles.labels("done" if result.requeue_after is None
                                        else "requeue").inc()
         return result
@@ -218,6 +250,8 @@ class LeaderTerm:
     def _on_worker_change(self, worker: WorkerConnection) -> None:
         self.jobs.on_worker_change(worker)
         self.worker_clusters.trigger()
+        if self.admission is not None:
+            self.admission.workers_changed()
         self.gauges.worker_usable(worker.name, worker.usable())
         if worker.usable() and not worker.collected:
             self.tasks.start_once(f"worker/{worker.name}/gc-on-connect",

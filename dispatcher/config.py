@@ -161,6 +161,19 @@ class MirrorConfig(_Group):
     )
 
 
+class AdmissionCheckConfig(_Group):
+    """Kueue on the manager: the dispatcher as the controller of Kueue AdmissionChecks."""
+
+    controller_name: str = Field(
+        "", alias="controllerName",
+        description="spec.controllerName of the manager's AdmissionChecks this dispatcher "
+                    "serves (e.g. dispatcher.trainjob.io/multicluster): the manager's Kueue "
+                    "queues the jobs, and a job is placed only once its Workload has quota "
+                    "and this check is Pending. Empty (the default) runs standalone: the "
+                    "dispatcher's own queue, no Kueue on the manager.",
+    )
+
+
 class GCConfig(_Group):
     interval_seconds: float = Field(60.0, alias="intervalSeconds", gt=0,
                                     description="How often orphan mirrors are collected.")
@@ -223,6 +236,8 @@ class DispatcherConfig(BaseSettings):
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
     mirror: MirrorConfig = Field(default_factory=MirrorConfig)
+    admission_check: AdmissionCheckConfig = Field(default_factory=AdmissionCheckConfig,
+                                                  alias="admissionCheck")
     gc: GCConfig = Field(default_factory=GCConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     leader_election: LeaderElectionConfig = Field(

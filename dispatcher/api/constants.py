@@ -84,6 +84,23 @@ REASON_NOT_CLAIMED = "NoLongerClaimed"
 REASON_ADMISSION_TIMEOUT = "AdmissionTimeout"
 """The worker's Kueue did not admit the mirror in time: moved, not counted as an eviction."""
 
+REASON_WAITING_FOR_KUEUE = "WaitingForKueue"
+"""With Kueue on the manager: the job's Workload has no quota reserved, or its check is
+not Pending (Kueue queues it; the dispatcher places it only once Kueue asks)."""
+REASON_WITHDRAWN_BY_KUEUE = "WithdrawnByKueue"
+"""With Kueue on the manager: Kueue evicted, preempted or deactivated the job's Workload,
+so its mirror was withdrawn (not an eviction by the dispatcher)."""
+REASON_NO_ADMISSION_CHECK = "NoAdmissionCheck"
+"""With Kueue on the manager: the job's ClusterQueue has no AdmissionCheck of ours."""
+REASON_CHECK_REJECTED = "AdmissionCheckRejected"
+"""With Kueue on the manager: our check on the job's Workload was Rejected."""
+
+# Reasons of the Active condition of an AdmissionCheck naming our controller.
+REASON_CHECK_ACTIVE = "Active"
+"""Some registered worker is usable: the check dispatches."""
+REASON_NO_WORKERS = "NoWorkers"
+"""No worker is registered with the dispatcher (NoActiveWorker: none of them is usable)."""
+
 # Reasons of a WorkerCluster's Active condition.
 REASON_CONNECTED = "Connected"
 REASON_BAD_KUBECONFIG = "BadKubeconfig"

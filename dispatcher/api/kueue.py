@@ -1,7 +1,11 @@
-"""The Kueue and scheduling resources the dispatcher reads (never writes).
+"""The Kueue and scheduling resources the dispatcher reads, and the names it writes there.
 
 A worker's queues and Workloads are read as `v1beta2` (Kueue 0.15 and later); priority
-classes on the manager as `v1beta1`, which every Kueue release still serves.
+classes on the manager as `v1beta1`, which every Kueue release still serves. With
+`admissionCheck.controllerName` set, the manager's AdmissionChecks and Workloads are
+read as `v1beta2` too, and the dispatcher writes two things there: the `Active`
+condition of the AdmissionChecks naming its controller, and its own entry of each
+Workload's `status.admissionChecks` (state `Pending`, `Ready`, `Retry` or `Rejected`).
 """
 
 from __future__ import annotations
@@ -13,3 +17,23 @@ WORKLOADS = ResourceKind("kueue.x-k8s.io", "v1beta2", "workloads", namespaced=Tr
 WORKLOAD_PRIORITY_CLASSES = ResourceKind("kueue.x-k8s.io", "v1beta1", "workloadpriorityclasses",
                                          namespaced=False)
 PRIORITY_CLASSES = ResourceKind("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
+ADMISSION_CHECKS = ResourceKind("kueue.x-k8s.io", "v1beta2", "admissionchecks",
+                                namespaced=False)
+
+# A Workload's admission check states (status.admissionChecks[].state).
+CHECK_PENDING = "Pending"
+CHECK_READY = "Ready"
+CHECK_RETRY = "Retry"
+"""Kueue evicts the Workload, releases its quota and requeues it (the check is reset to
+Pending)."""
+CHECK_REJECTED = "Rejected"
+"""Kueue deactivates the Workload: it is not queued again until someone reactivates it."""
+
+# A Workload's condition types.
+WORKLOAD_QUOTA_RESERVED = "QuotaReserved"
+WORKLOAD_ADMITTED = "Admitted"
+WORKLOAD_EVICTED = "Evicted"
+WORKLOAD_FINISHED = "Finished"
+EVICTED_BY_REJECTED_CHECK = "DeactivatedDueToAdmissionCheck"
+"""The Evicted reason of a Workload that Kueue deactivated because a check was Rejected
+(Kueue then resets the check to Pending; its event on the Workload keeps our message)."""

@@ -2,7 +2,8 @@
 
 The runtime is the ClusterTrainingRuntime or TrainingRuntime of `spec.runtimeRef`; the
 demand is `kinds.trainjob_demand` of the two. A mirror has the job's namespace, name and
-spec without `managedBy` (so the worker's own trainer runs it) and without the runtime
+spec without `managedBy` (so the worker's own trainer runs it), without `suspend` (a
+suspended manager job is placed only while Kueue suspends it) and without the runtime
 patch a manager-side Kueue adds (the worker's Kueue adds its own), the origin label and
 the manager's UID. It runs while a replicated job has a ready pod (a Pending pod is
 active, not running), ends with a True `Complete` or `Failed` condition, and was evicted
@@ -80,6 +81,9 @@ class TrainJobKind:
         annotations[c.ANNOTATION_MANAGER_UID] = metadata["uid"]
         spec = copy.deepcopy(job["spec"])
         spec.pop("managedBy", None)
+        # A mirror is made only of a job the dispatcher may run: a suspended manager job
+        # is Kueue's (kept suspended until its checks are Ready), never the user's wish.
+        spec.pop("suspend", None)
         # A manager running Kueue adds its own runtime patch to every TrainJob; the
         # worker's Kueue adds it again, and a duplicate entry is refused there.
         patches = [p for p in spec.get("runtimePatches") or []

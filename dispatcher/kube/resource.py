@@ -131,12 +131,16 @@ class Resource:
             verb="patch",
         )
 
-    async def apply(self, body: JSON, *, field_manager: str, force: bool = True) -> JSON:
-        """Server-side apply of a whole manifest."""
+    async def apply(self, body: JSON, *, field_manager: str, force: bool = True,
+                    subresource: str = "") -> JSON:
+        """Server-side apply of a whole manifest (or of `subresource`, e.g. "status");
+        a `metadata.resourceVersion` in it makes the apply fail with 409 when the
+        object changed since."""
         metadata = body["metadata"]
         return await self.client.request(
             "PATCH",
-            self.kind.path(namespace=metadata.get("namespace"), name=metadata["name"]),
+            self.kind.path(namespace=metadata.get("namespace"), name=metadata["name"],
+                           subresource=subresource),
             query=[("fieldManager", field_manager), ("force", str(force).lower())],
             body=body,
             content_type=APPLY_PATCH,

@@ -70,7 +70,7 @@ def base_config(control_plane: LocalControlPlane, namespace: str) -> dict[str, A
             "static": [
                 {"name": name, "kubeconfig": str(control_plane.clusters[name].kubeconfig_path),
                  "quota": DEFAULT_QUOTA}
-                for name in ("worker-a", "worker-b")
+                for name in ("worker-a", "worker-b") if name in control_plane.clusters
             ],
             "probeIntervalSeconds": 0.5,
             "lostTimeoutSeconds": 30,

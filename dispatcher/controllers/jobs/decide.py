@@ -26,7 +26,10 @@ actions are in `actions.py`; the rows, in the order they are tried
 - placed, not yet booked (after a restart) -> book it (never less than it needs now);
 - placed, a live mirror of it on another reachable worker -> delete that one first
   (never two copies at once);
-- placed and suspended -> take it off the worker (not an eviction);
+- placed and suspended -> take it off the worker (not an eviction); with Kueue on the
+  manager, `suspend` is Kueue's, so instead: placed while the job's Workload no longer
+  holds its place (Kueue evicted, preempted or deactivated it, or our check went Retry or
+  Rejected: `admission/gate.py`) -> take it off the worker (not an eviction);
 - placed on a worker no longer registered -> evict (WorkerLost); lost past
   `workers.lostTimeoutSeconds` -> evict (WorkerLost), or with `workers.whenLost: Wait`
   hold it there and say so (a copy may still run on it), until the worker answers or
@@ -51,9 +54,11 @@ actions are in `actions.py`; the rows, in the order they are tried
   an eviction) and keep the job off that worker a while; admitted -> copy its status
   ("running on X"), unless the mirror has no status yet and the job shows nothing
   either (nothing to tell until it does);
-- not placed: suspended, runtime missing, demand or selector invalid -> wait with that
-  reason; in eviction backoff -> wait until then; reserved by the scheduler -> record
-  the placement; else queue it, showing the scheduler's last word on it.
+- not placed: suspended (with Kueue on the manager: its Workload does not ask for a
+  placement now, i.e. no quota reserved or our check not Pending), runtime missing,
+  demand or selector invalid -> wait with that reason; in eviction backoff -> wait
+  until then; reserved by the scheduler -> record the placement; else queue it, showing
+  the scheduler's last word on it.
 """
 
 from __future__ import annotations
@@ -249,7 +254,11 @@ def _placed(s: Claimed, record: PlacementRecord, memory: JobMemory,
             if copy.mirror["metadata"].get("deletionTimestamp"):
                 return Requeue(config.workers.probe_interval_seconds)
             return DeleteMirror(copy.worker.name, copy.mirror)
-    if s.job["spec"].get("suspend"):
+    if s.gate is not None and not s.gate.holds:
+        return _take_off(s, Unplace(name, s.gate.reason,
+                                    f"{s.gate.message}: mirror removed and quota released",
+                                    eviction=False), config, kind=kind)
+    if s.gate is None and s.job["spec"].get("suspend"):
         return _take_off(s, Unplace(name, c.REASON_SUSPENDED,
                                     "suspended: mirror removed and quota released",
                                     eviction=False), config, kind=kind)
@@ -385,7 +394,9 @@ def _retry_requested(job: JSON, finished: JSON, *, kind: JobKind) -> bool:
 
 
 def _pending(s: Claimed, memory: JobMemory) -> Action:
-    if s.job["spec"].get("suspend"):
+    if s.gate is not None and not s.gate.admits:
+        return Wait(s.gate.reason, s.gate.message)
+    if s.gate is None and s.job["spec"].get("suspend"):
         return Wait(c.REASON_SUSPENDED, "suspended: not dispatched")
     if s.runtime is None:
         return Wait(c.REASON_RUNTIME_NOT_FOUND,

@@ -8,7 +8,8 @@
   state, its mirror (or the tombstone of one deleted under it), the live copies of the
   job on other workers and what each holds, the mirror's Kueue Workload on a worker
   that runs Kueue, its runtime and demand (computed once per job generation and runtime
-  version), its priority, and the scheduler's reservation of, and last word on, it.
+  version), its priority, and the scheduler's reservation of, and last word on, it;
+  with Kueue on the manager, its `Gate` (what its Workload there allows).
 Either may carry a `Leftover`: a record of that name to clean up first (its job gone,
 re-created or no longer claimed), with that record's worker and mirror.
 
@@ -19,6 +20,7 @@ records it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -28,6 +30,7 @@ from dispatcher.api.placement import PlacementRecord
 from dispatcher.claim import Claim
 from dispatcher.clock import Clock
 from dispatcher.config import DispatcherConfig
+from dispatcher.controllers.admission.gate import Gate
 from dispatcher.controllers.jobs.memory import DemandVersion, JobMemories, JobMemory
 from dispatcher.controllers.jobs.priority import PriorityCache
 from dispatcher.controllers.jobs.records import PlacementRecords
@@ -143,6 +146,9 @@ class Claimed:
     reservation: str | None = None
     verdict: Decision | None = None
     """The scheduler's last word on the job while it waits in the queue."""
+    gate: Gate | None = None
+    """With Kueue on the manager (`admissionCheck.controllerName`): what the job's Workload
+    allows, in place of its `suspend`, which is Kueue's; None when standalone."""
 
     @property
     def uid(self) -> str:
@@ -162,7 +168,7 @@ class SnapshotReader:
                  trainjobs: Informer, records: PlacementRecords,
                  runtimes: dict[str, Informer], registry: WorkerRegistry, ledger: Ledger,
                  scheduling: SchedulingLoop, priorities: PriorityCache,
-                 clock: Clock) -> None:
+                 clock: Clock, gates: Callable[[JSON], Gate] | None = None) -> None:
         self._config = config
         self._claim = claim
         self._kind = kind
@@ -174,6 +180,7 @@ class SnapshotReader:
         self._scheduling = scheduling
         self._priorities = priorities
         self._clock = clock
+        self._gates = gates
         self._parsed_runtimes: dict[str, tuple[str, Any]] = {}
         self._same_runtimes: dict[tuple[str, str, str, str], tuple[tuple[str, str], bool]] = {}
 
@@ -229,6 +236,7 @@ class SnapshotReader:
             priority=await self._priorities.priority(job) if pending and demand else 0,
             reservation=self._scheduling.reservation(uid),
             verdict=self._scheduling.decisions.get(uid) if pending else None,
+            gate=self._gates(job) if self._gates is not None else None,
         )
 
     def _copies(self, key: str, uid: str, placed_on: str | None) -> tuple[Copy, ...]:

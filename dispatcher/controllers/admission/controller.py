@@ -1,0 +1,238 @@
+"""The AdmissionCheck controller: the manager's Workloads and AdmissionChecks, read and written.
+
+Started by the leader's term only with `admissionCheck.controllerName` set. It owns two
+informers on the manager (the AdmissionChecks, and the Workloads, each cached as the
+few fields read here) and one work queue, whose keys are `workload/<ns>/<name>` and
+`check/<name>`. Its tasks are the informers (run by the term with the others, so the
+jobs controller starts only once they are synced) and `run()`, the queue's workers,
+until the term ends.
+
+Events only enqueue keys: a Workload's change enqueues it and its job (`on_job`, to the
+jobs controller: the job's gate may have opened or closed); an AdmissionCheck's change
+enqueues it; a job the jobs controller just reconciled enqueues its Workload
+(`job_changed`), and a worker change every check of ours (`workers_changed`).
+`reconcile(key)` re-reads the caches, asks `decide.py`, and writes only what differs:
+our entry of the Workload's `status.admissionChecks` by server-side apply of the
+status (field manager: the controller name, at the Workload's resourceVersion, as
+Kueue's own check controllers do), the Active condition of a check by a merge patch of
+its status. A 409 is retried with the key's backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from dispatcher.api import constants as c
+from dispatcher.api import kueue as k
+from dispatcher.api.conditions import condition
+from dispatcher.clock import Clock
+from dispatcher.controllers import status as st
+from dispatcher.controllers.admission.decide import (
+    CheckUpdate,
+    JobState,
+    active_condition,
+    active_of,
+    check_update,
+)
+from dispatcher.controllers.admission.gate import Gate, check_of, gate_of
+from dispatcher.controllers.jobs.records import PlacementRecords
+from dispatcher.controllers.workers import WorkerRegistry
+from dispatcher.kinds import JobKind
+from dispatcher.kube.client import ClusterClient
+from dispatcher.kube.informer import DELETED, Informer, InformerSettings, object_key
+from dispatcher.kube.resource import Resource
+from dispatcher.kube.workqueue import Result, WorkQueue
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+WORKLOAD_KEY = "workload/"
+CHECK_KEY = "check/"
+_WORKERS = 4
+
+
+def workload_summary(workload: JSON) -> JSON:
+    """What is read of a manager Workload: identity, owner, active, queue, conditions and
+    the admission checks (not its pod sets, most of its size)."""
+    metadata = workload.get("metadata") or {}
+    spec = workload.get("spec") or {}
+    status = workload.get("status") or {}
+    return {
+        "metadata": {key: metadata[key] for key in (
+            "name", "namespace", "uid", "resourceVersion", "generation", "ownerReferences")
+            if key in metadata},
+        "spec": {key: spec[key] for key in ("active", "queueName") if key in spec},
+        "status": {"conditions": status.get("conditions") or [],
+                   "admissionChecks": status.get("admissionChecks") or []},
+    }
+
+
+def owner_of(workload: JSON) -> tuple[str, str] | None:
+    """(`namespace/name`, UID) of the job controlling the Workload."""
+    metadata = workload.get("metadata") or {}
+    for ref in metadata.get("ownerReferences") or []:
+        if ref.get("controller"):
+            return f"{metadata.get('namespace', '')}/{ref.get('name')}", str(ref.get("uid"))
+    return None
+
+
+class AdmissionCheckController:
+    def __init__(self, *, controller_name: str, manager: ClusterClient, kind: JobKind,
+                 origin: str, trainjobs: Informer, records: PlacementRecords,
+                 registry: WorkerRegistry, settings: InformerSettings, clock: Clock,
+                 on_job: Callable[[str], None]) -> None:
+        self.controller_name = controller_name
+        self._kind = kind
+        self._origin = origin
+        self._trainjobs = trainjobs
+        self._records = records
+        self._registry = registry
+        self._clock = clock
+        self._on_job = on_job
+        self.workloads = Informer(Resource(manager, k.WORKLOADS), settings=settings,
+                                  name="manager/workloads", transform=workload_summary)
+        self.checks = Informer(Resource(manager, k.ADMISSION_CHECKS), settings=settings,
+                               name="manager/admissionchecks")
+        self.workloads.add_handler(self._on_workload)
+        self.checks.add_handler(self._on_check)
+        self.queue = WorkQueue(name="admissionchecks", clock=clock)
+        self._by_job: dict[str, str] = {}
+        """Job UID -> the key of its Workload."""
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.checks, self.workloads]
+
+    def ours(self) -> set[str]:
+        """The names of the AdmissionChecks whose controller is this dispatcher."""
+        return {obj["metadata"]["name"] for obj in self.checks.store.values()
+                if (obj.get("spec") or {}).get("controllerName") == self.controller_name}
+
+    def workload_of(self, job: JSON) -> JSON | None:
+        key = self._by_job.get(str(job["metadata"].get("uid", "")))
+        return self.workloads.get(key) if key else None
+
+    def gate(self, job: JSON) -> Gate:
+        """What the job's Workload allows now (the jobs controller's question)."""
+        return gate_of(job, self.workload_of(job), self.ours(),
+                       controller=self.controller_name)
+
+    # ----- events: map to keys and enqueue -----
+
+    def _on_workload(self, event_type: str, workload: JSON) -> None:
+        key, owner = object_key(workload), owner_of(workload)
+        if owner is not None:
+            job_key, job_uid = owner
+            if event_type == DELETED:
+                if self._by_job.get(job_uid) == key:
+                    del self._by_job[job_uid]
+            else:
+                self._by_job[job_uid] = key
+            self._on_job(job_key)
+        if event_type != DELETED:
+            self.queue.add(WORKLOAD_KEY + key)
+
+    def _on_check(self, event_type: str, check: JSON) -> None:
+        self.queue.add(CHECK_KEY + check["metadata"]["name"])
+
+    def job_changed(self, key: str) -> None:
+        """The jobs controller just reconciled job `key`: our check of it may move."""
+        job = self._trainjobs.get(key)
+        workload = self._by_job.get(str(job["metadata"].get("uid", ""))) if job else None
+        if workload is not None:
+            self.queue.add(WORKLOAD_KEY + workload)
+
+    def workers_changed(self) -> None:
+        for name in self.ours():
+            self.queue.add(CHECK_KEY + name)
+
+    # ----- reconcile -----
+
+    async def run(self) -> None:
+        for name in self.ours():
+            self.queue.add(CHECK_KEY + name)
+        for key in list(self.workloads.store):
+            self.queue.add(WORKLOAD_KEY + key)
+        await self.queue.run_workers(self.reconcile, workers=_WORKERS)
+
+    async def reconcile(self, key: str) -> Result:
+        try:
+            if key.startswith(CHECK_KEY):
+                await self._reconcile_check(key.removeprefix(CHECK_KEY))
+            else:
+                await self._reconcile_workload(key.removeprefix(WORKLOAD_KEY))
+        except ApiException as error:
+            if error.status == 409:
+                return Result.retry()
+            if error.status == 404:
+                return Result.done()
+            raise
+        return Result.done()
+
+    def job_state(self, workload: JSON) -> JobState | None:
+        """Where the Workload's job stands; None when it is not a job we know."""
+        owner = owner_of(workload)
+        job = self._trainjobs.get(owner[0]) if owner else None
+        if owner is None or job is None or str(job["metadata"].get("uid")) != owner[1]:
+            return None
+        record = next((r for r in self._records.of_job(owner[0]) if r.uid == owner[1]), None)
+        placed_on = record.worker if record is not None and record.placed else ""
+        mirrored = False
+        connection = self._registry.get(placed_on) if placed_on else None
+        if connection is not None and connection.usable() and connection.mirrors is not None:
+            mirror = connection.mirrors.get(owner[0])
+            mirrored = mirror is not None and self._kind.is_ours(
+                mirror, manager_uid=owner[1], origin=self._origin)
+        return JobState(placed_on=placed_on, mirrored=mirrored,
+                        dispatched=condition(job.get("status"), c.CONDITION_DISPATCHED))
+
+    async def _reconcile_workload(self, key: str) -> None:
+        workload = self.workloads.get(key)
+        if workload is None:
+            return
+        update = check_update(workload, self.ours(), self.job_state(workload))
+        if update is not None:
+            await self._write_check(workload, update)
+
+    async def _write_check(self, workload: JSON, update: CheckUpdate) -> None:
+        previous = check_of(workload, {update.name}) or {}
+        since = (previous.get("lastTransitionTime")
+                 if previous.get("state") == update.state else None)
+        metadata = workload["metadata"]
+        body = {
+            "apiVersion": k.WORKLOADS.api_version, "kind": "Workload",
+            "metadata": {"name": metadata["name"], "namespace": metadata["namespace"],
+                         "resourceVersion": metadata["resourceVersion"]},
+            "status": {"admissionChecks": [{
+                "name": update.name, "state": update.state, "message": update.message,
+                "lastTransitionTime": since or st.rfc3339(self._clock.time())}]},
+        }
+        written = await self.workloads.resource.apply(
+            body, field_manager=self.controller_name, subresource="status")
+        self.workloads.remember(written)
+        log.info("Workload %s/%s: AdmissionCheck %s %s: %s", metadata["namespace"],
+                 metadata["name"], update.name, update.state, update.message)
+
+    async def _reconcile_check(self, name: str) -> None:
+        check = self.checks.get(name)
+        if check is None or (check.get("spec") or {}).get("controllerName") != \
+                self.controller_name:
+            return
+        workers = self._registry.workers.values()
+        activity = active_of(registered=len(workers),
+                             usable=[w.name for w in workers if w.usable()])
+        new = active_condition(check.get("status"), activity,
+                               now=st.rfc3339(self._clock.time()),
+                               generation=int(check["metadata"].get("generation", 0)))
+        if new is None:
+            return
+        others = [cond for cond in (check.get("status") or {}).get("conditions") or []
+                  if cond.get("type") != c.CONDITION_ACTIVE]
+        written = await self.checks.resource.merge_patch(
+            name, {"metadata": {"resourceVersion": check["metadata"]["resourceVersion"]},
+                   "status": {"conditions": [*others, new]}}, subresource="status")
+        self.checks.remember(written)
+        log.info("AdmissionCheck %s: Active=%s (%s)", name, new["status"], new["message"])

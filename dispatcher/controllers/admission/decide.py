@@ -1,0 +1,120 @@
+"""What our entry of a Workload's admission checks should say, and whether a check is Active.
+
+Pure, level-triggered from what the caches hold:
+- `check_update(workload, checks, job)`: our check of a Workload with quota reserved
+  (nothing while Kueue has not reserved quota, has evicted or deactivated it, or it
+  finished: Kueue resets the checks itself then):
+  - the job is placed and its mirror exists -> `Ready`, naming the worker;
+  - `Ready`, and the job is no longer placed (its mirror was evicted or its worker lost:
+    the dispatcher took it off) -> `Retry`, with why (Kueue then evicts the Workload,
+    releases its quota and queues it again);
+  - `Pending`, and the scheduler found that no worker can ever hold it
+    (`Unschedulable`) -> `Rejected` with the reason (Kueue deactivates the Workload
+    instead of holding its quota forever);
+  - `Pending` otherwise -> `Pending`, with why it waits (the job's Dispatched message);
+  `Retry` and `Rejected` are left to Kueue.
+- `active_of(registered, usable)`: an AdmissionCheck of ours is `Active` while some
+  registered worker is usable; else not, saying why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from dispatcher.api import constants as c
+from dispatcher.api import kueue as k
+from dispatcher.api.conditions import condition, condition_true
+from dispatcher.controllers.admission.gate import check_of, quota_reserved
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class JobState:
+    """Where the job of a Workload stands, as the dispatcher knows it."""
+
+    placed_on: str = ""
+    """The worker of its placement record; empty while it is not placed."""
+    mirrored: bool = False
+    """Our mirror of it is on that worker."""
+    dispatched: JSON | None = None
+    """Its Dispatched condition (why it waits, or where it runs)."""
+
+
+@dataclass(frozen=True)
+class CheckUpdate:
+    """Our entry of the Workload's admission checks to write."""
+
+    name: str
+    state: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Activity:
+    """The Active condition an AdmissionCheck of ours should have."""
+
+    active: bool
+    reason: str
+    message: str
+
+
+def _open(workload: JSON) -> bool:
+    """Quota reserved, not evicted, not deactivated, not finished."""
+    status = workload.get("status")
+    return (quota_reserved(workload)
+            and (workload.get("spec") or {}).get("active") is not False
+            and not condition_true(status, k.WORKLOAD_EVICTED)
+            and not condition_true(status, k.WORKLOAD_FINISHED))
+
+
+def check_update(workload: JSON, checks: Collection[str], job: JobState | None
+                 ) -> CheckUpdate | None:
+    """The entry to write, or None when ours is as it should be (or is not ours to move)."""
+    entry = check_of(workload, checks)
+    if entry is None or job is None or not _open(workload):
+        return None
+    name, state, message = entry["name"], entry.get("state"), entry.get("message", "")
+    wanted: tuple[str, str] | None = None
+    dispatched = job.dispatched or {}
+    if job.placed_on and job.mirrored:
+        wanted = (k.CHECK_READY, f"placed on worker {job.placed_on} by trainjob-dispatcher")
+    elif state == k.CHECK_READY:
+        if not job.placed_on:
+            why = dispatched.get("message") or "no longer placed"
+            wanted = (k.CHECK_RETRY, f"taken off its worker: {why}")
+    elif state == k.CHECK_PENDING:
+        if dispatched.get("reason") == c.REASON_UNSCHEDULABLE:
+            wanted = (k.CHECK_REJECTED, f"no worker can hold it: {dispatched.get('message')}")
+        elif dispatched.get("message") and dispatched.get("status") != "True":
+            wanted = (k.CHECK_PENDING, str(dispatched["message"]))
+    if wanted is None or wanted == (state, message):
+        return None
+    return CheckUpdate(name=name, state=wanted[0], message=wanted[1])
+
+
+def active_of(*, registered: int, usable: Collection[str]) -> Activity:
+    if not registered:
+        return Activity(False, c.REASON_NO_WORKERS,
+                        "no worker cluster is registered with the dispatcher")
+    if not usable:
+        return Activity(False, c.REASON_NO_ACTIVE_WORKER,
+                        f"none of the {registered} registered worker clusters is active")
+    return Activity(True, c.REASON_CHECK_ACTIVE,
+                    f"dispatching to {len(usable)} of {registered} worker clusters")
+
+
+def active_condition(previous: JSON | None, activity: Activity, *, now: str,
+                     generation: int) -> JSON | None:
+    """The new Active condition, or None when `previous` already says it."""
+    status = "True" if activity.active else "False"
+    prior = condition(previous, c.CONDITION_ACTIVE) or {}
+    if (prior.get("status"), prior.get("reason"), prior.get("message")) == (
+            status, activity.reason, activity.message):
+        return None
+    since = prior.get("lastTransitionTime") if prior.get("status") == status else None
+    return {"type": c.CONDITION_ACTIVE, "status": status, "reason": activity.reason,
+            "message": activity.message, "lastTransitionTime": since or now,
+            "observedGeneration": generation}

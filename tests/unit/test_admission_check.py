@@ -1,0 +1,164 @@
+"""Kueue on the manager, pure: the gate a Workload puts on its job, our check's next state,
+the Active condition of our AdmissionChecks, and the rows of `decide` that ask the gate
+instead of the job's `suspend` (which is Kueue's in this mode)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dispatcher.api import constants as c
+from dispatcher.controllers.admission.decide import (
+    Activity,
+    CheckUpdate,
+    JobState,
+    active_condition,
+    active_of,
+    check_update,
+)
+from dispatcher.controllers.admission.gate import Gate, gate_of
+from dispatcher.controllers.jobs import actions as a
+from tests.unit.test_decide import CONFIG, KIND, JobMemory, decide, job, mirror, pending, placed
+
+CHECK = "dispatch"
+OURS = {CHECK}
+CONTROLLER = "dispatcher.trainjob.io/multicluster"
+QUEUED_JOB = {**job(suspend=True)}
+QUEUED_JOB["metadata"]["labels"] = {c.LABEL_KUEUE_QUEUE: "team"}
+
+
+def workload(*, reserved: bool = True, state: str | None = "Pending", message: str = "",
+             active: bool = True, evicted: bool | str = False, finished: bool = False
+             ) -> dict[str, Any]:
+    conditions = [{"type": "QuotaReserved", "status": str(reserved), "reason": "r",
+                   "message": "" if reserved else "insufficient quota"}]
+    if evicted:
+        reason = evicted if isinstance(evicted, str) else "Preempted"
+        conditions.append({"type": "Evicted", "status": "True", "reason": reason,
+                           "message": "preempted by a higher priority"})
+    if finished:
+        conditions.append({"type": "Finished", "status": "True", "reason": "Succeeded",
+                           "message": ""})
+    checks = ([] if state is None else
+              [{"name": CHECK, "state": state, "message": message,
+                "lastTransitionTime": "2026-01-01T00:00:00Z"},
+               {"name": "other", "state": "Pending", "message": "",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+    return {"metadata": {"name": "trainjob-j-1", "namespace": "ns", "resourceVersion": "3"},
+            "spec": {"active": active, "queueName": "team"},
+            "status": {"conditions": conditions, "admissionChecks": checks}}
+
+
+def gate(wl: dict[str, Any] | None, obj: dict[str, Any] = QUEUED_JOB) -> Gate:
+    return gate_of(obj, wl, OURS, controller=CONTROLLER)
+
+
+def test_the_gate_opens_only_with_quota_reserved_and_our_check_pending() -> None:
+    assert gate(workload()) == Gate(admits=True, holds=True)
+    ready = gate(workload(state="Ready"))
+    assert (ready.admits, ready.holds) == (False, True)
+    for closed, reason in (
+        (gate(None), c.REASON_WAITING_FOR_KUEUE),
+        (gate(None, job(suspend=True)), c.REASON_WAITING_FOR_KUEUE),
+        (gate(workload(reserved=False)), c.REASON_WAITING_FOR_KUEUE),
+        (gate(workload(reserved=False, evicted=True)), c.REASON_WITHDRAWN_BY_KUEUE),
+        (gate(workload(state=None)), c.REASON_NO_ADMISSION_CHECK),
+        (gate(workload(state="Retry")), c.REASON_WAITING_FOR_KUEUE),
+        (gate(workload(state="Rejected", message="too big")), c.REASON_CHECK_REJECTED),
+        (gate(workload(state="Rejected", active=False)), c.REASON_CHECK_REJECTED),
+        (gate(workload(active=False)), c.REASON_WITHDRAWN_BY_KUEUE),
+        (gate(workload(active=False, evicted="DeactivatedDueToAdmissionCheck")),
+         c.REASON_CHECK_REJECTED),
+    ):
+        assert (closed.admits, closed.holds, closed.reason) == (False, False, reason), closed
+    assert "queue-name" in gate(None, job(suspend=True)).message
+    assert "insufficient quota" in gate(workload(reserved=False)).message
+
+
+def dispatched(reason: str, message: str, status: str = "False") -> dict[str, Any]:
+    return {"type": c.CONDITION_DISPATCHED, "status": status, "reason": reason,
+            "message": message}
+
+
+MIRRORED = JobState(placed_on="w", mirrored=True)
+UNSCHEDULABLE = JobState(dispatched=dispatched(c.REASON_UNSCHEDULABLE,
+                                               "needs cpu 80, the largest worker has 64"))
+EVICTED = JobState(dispatched=dispatched(c.REASON_EVICTED, "evicted on worker w; requeued"))
+
+
+@pytest.mark.parametrize(("wl", "state", "expected"), [
+    (workload(), MIRRORED, CheckUpdate(CHECK, "Ready", "placed on worker w by "
+                                                       "trainjob-dispatcher")),
+    (workload(state="Ready", message="placed on worker w by trainjob-dispatcher"), MIRRORED,
+     None),
+    (workload(), JobState(placed_on="w"), None),
+    (workload(state="Ready"), JobState(placed_on="w"), None),
+    (workload(state="Ready"), EVICTED,
+     CheckUpdate(CHECK, "Retry", "taken off its worker: evicted on worker w; requeued")),
+    (workload(), UNSCHEDULABLE,
+     CheckUpdate(CHECK, "Rejected", "no worker can hold it: needs cpu 80, the largest "
+                                    "worker has 64")),
+    (workload(), JobState(dispatched=dispatched(c.REASON_WAITING_FOR_QUOTA, "no room")),
+     CheckUpdate(CHECK, "Pending", "no room")),
+    (workload(message="no room"),
+     JobState(dispatched=dispatched(c.REASON_WAITING_FOR_QUOTA, "no room")), None),
+    (workload(), JobState(), None),
+    (workload(), None, None),
+    (workload(state="Retry"), EVICTED, None),
+    (workload(state="Rejected"), UNSCHEDULABLE, None),
+    (workload(reserved=False), MIRRORED, None),
+    (workload(evicted=True), MIRRORED, None),
+    (workload(active=False), MIRRORED, None),
+    (workload(finished=True), MIRRORED, None),
+    (workload(state=None), MIRRORED, None),
+], ids=["mirrored: Ready", "Ready already", "placed, no mirror yet", "Ready, mirror not seen",
+        "Ready, taken off: Retry", "never fits: Rejected", "waits: Pending with why",
+        "Pending says it already", "nothing to say yet", "job unknown", "Retry is Kueue's",
+        "Rejected is Kueue's", "no quota", "evicted", "deactivated", "finished",
+        "not our check"])
+def test_our_check(wl: dict[str, Any], state: JobState | None,
+                   expected: CheckUpdate | None) -> None:
+    assert check_update(wl, OURS, state) == expected
+
+
+def test_active_condition_says_why_and_is_written_only_on_change() -> None:
+    assert active_of(registered=0, usable=[]).reason == c.REASON_NO_WORKERS
+    assert active_of(registered=2, usable=[]).reason == c.REASON_NO_ACTIVE_WORKER
+    active = active_of(registered=2, usable=["a"])
+    assert active == Activity(True, c.REASON_CHECK_ACTIVE, "dispatching to 1 of 2 worker "
+                                                           "clusters")
+    new = active_condition(None, active, now="T1", generation=1)
+    assert new is not None and new["status"] == "True" and new["lastTransitionTime"] == "T1"
+    assert active_condition({"conditions": [new]}, active, now="T2", generation=1) is None
+    moved = active_condition({"conditions": [new]}, active_of(registered=2, usable=["a", "b"]),
+                             now="T2", generation=1)
+    assert moved is not None and moved["lastTransitionTime"] == "T1"
+
+
+OPEN = Gate(admits=True, holds=True)
+HELD = Gate(admits=False, holds=True, reason=c.REASON_WAITING_FOR_KUEUE, message="ready")
+SHUT = Gate(admits=False, holds=False, reason=c.REASON_WITHDRAWN_BY_KUEUE,
+            message="Workload w evicted by Kueue (Preempted)")
+
+
+def test_kueues_suspension_is_not_the_users() -> None:
+    memory = JobMemory()
+    queued = decide(pending(job=job(suspend=True), gate=OPEN), memory, CONFIG, kind=KIND)
+    assert isinstance(queued, a.Enqueue)
+    assert decide(pending(job=job(suspend=True), gate=SHUT), memory, CONFIG, kind=KIND) == \
+        a.Wait(SHUT.reason, SHUT.message)
+    assert decide(pending(job=job(suspend=True)), memory, CONFIG, kind=KIND) == \
+        a.Wait(c.REASON_SUSPENDED, "suspended: not dispatched")
+    suspended = job(placed=True, suspend=True)
+    assert decide(placed(job=suspended, gate=HELD), memory, CONFIG, kind=KIND) == \
+        a.CreateMirror("w", dict(placed().record.demand))  # type: ignore[union-attr]
+    withdrawn = decide(placed(job=suspended, gate=SHUT, mirror=mirror()), memory, CONFIG,
+                       kind=KIND)
+    assert withdrawn == a.Unplace("w", SHUT.reason, f"{SHUT.message}: mirror removed and quota "
+                                  "released", eviction=False, mirror=mirror())
+
+
+def test_a_mirror_of_a_job_kueue_suspends_is_not_suspended() -> None:
+    assert "suspend" not in KIND.build_mirror(job(suspend=True), origin="o",
+                                              local_queue="")["spec"]
