@@ -93,9 +93,10 @@ class AdmissionCheckController:
         self._clock = clock
         self._on_job = on_job
         self.workloads = Informer(Resource(manager, k.WORKLOADS), settings=settings,
-                                  name="manager/workloads", transform=workload_summary)
+                                  name="manager/workloads", transform=workload_summary,
+                                  clock=clock)
         self.checks = Informer(Resource(manager, k.ADMISSION_CHECKS), settings=settings,
-                               name="manager/admissionchecks")
+                               name="manager/admissionchecks", clock=clock)
         self.workloads.add_handler(self._on_workload)
         self.checks.add_handler(self._on_check)
         self.queue = WorkQueue(name="admissionchecks", clock=clock)
