@@ -30,6 +30,9 @@ WORKERS = CLUSTERS[1:]
 WORKER_NODES = NodePool(count=4, allocatable={
     "cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4", "pods": "110"})
 """Each worker's kwok nodes: together they hold the tests' default quota."""
+KUEUE_SERVED = "v1beta2"
+"""Every test cluster serves Kueue's API at v1beta2 alone, as Kueue 0.20 and later do:
+nothing the dispatcher reads from Kueue may need v1beta1."""
 _ANSWERS_IN_A_ROW = 5
 
 
@@ -37,7 +40,8 @@ _ANSWERS_IN_A_ROW = 5
 async def control_plane() -> AsyncIterator[LocalControlPlane]:
     plane = LocalControlPlane()
     try:
-        await plane.start(CLUSTERS, controllers=CLUSTERS, crd_files=chain_crd_files(kueue=True))
+        await plane.start(CLUSTERS, controllers=CLUSTERS, crd_files=chain_crd_files(
+            kueue=True, kueue_served=KUEUE_SERVED))
         for name in CLUSTERS:
             await plane.clusters[name].start_trainer(WORKER_NODES if name in WORKERS else None)
         yield plane

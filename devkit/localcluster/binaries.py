@@ -18,11 +18,24 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 _BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "controlplane" / "build.sh"
 CONTROLPLANE_ENV = "TRAINJOB_DISPATCHER_CONTROLPLANE_BIN"
 KUEUE_ENV = "TRAINJOB_DISPATCHER_KUEUE_DIR"
+
+
+def only_version(crd: dict[str, Any], served: str) -> dict[str, Any]:
+    """`crd` serving and storing `served` alone, with no conversion webhook."""
+    versions = [dict(v, served=True, storage=True) for v in crd["spec"]["versions"]
+                if v["name"] == served]
+    if not versions:
+        raise ValueError(f"CRD {crd['metadata']['name']} has no version {served}")
+    spec = {key: value for key, value in crd["spec"].items() if key != "conversion"}
+    return {**crd, "spec": {**spec, "versions": versions}}
 
 
 class BinariesNotFound(RuntimeError):
@@ -43,8 +56,24 @@ class KueueFiles:
     def webhooks(self) -> Path:
         return self.directory / "webhook.yaml"
 
-    def kueue_crds(self) -> list[Path]:
-        return sorted((self.directory / "crd").glob("*.yaml"))
+    def kueue_crds(self, *, served: str | None = None) -> list[Path]:
+        """Kueue's CRDs; with `served` (e.g. "v1beta2"), copies serving that version only,
+        as Kueue's newer releases do (written once beside the originals)."""
+        originals = sorted((self.directory / "crd").glob("*.yaml"))
+        if served is None:
+            return originals
+        directory = self.directory / f"crd-{served}-only"
+        directory.mkdir(exist_ok=True)
+        copies = []
+        for original in originals:
+            copy = directory / original.name
+            if not copy.is_file():
+                crd = yaml.safe_load(original.read_text())
+                temporary = copy.with_suffix(".tmp")
+                temporary.write_text(yaml.safe_dump(only_version(crd, served)))
+                temporary.replace(copy)
+            copies.append(copy)
+        return copies
 
     def jobset_crds(self) -> list[Path]:
         return sorted((self.directory / "crd-jobset").glob("*.yaml"))

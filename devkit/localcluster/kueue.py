@@ -151,6 +151,17 @@ def _conversion(*, base_url: str, ca_bundle: str) -> JSON:
         "conversionReviewVersions": ["v1"]}}}}
 
 
+async def _converted(crds: Resource) -> list[str]:
+    """Those of `CONVERTED_CRDS` installed with more than one version (none when the
+    cluster's Kueue CRDs serve v1beta2 only)."""
+    names = []
+    for name in CONVERTED_CRDS:
+        crd = await crds.get(name)
+        if crd is not None and len(crd["spec"]["versions"]) > 1:
+            names.append(name)
+    return names
+
+
 _NO_CONVERSION: JSON = {"spec": {"conversion": {"strategy": "None", "webhook": None}}}
 
 
@@ -242,7 +253,7 @@ class KueueManager:
             await Resource(client, kind).apply(body, field_manager=_FIELD_MANAGER)
         crds = Resource(client, CRDS)
         patch = _conversion(base_url=self.base_url, ca_bundle=self.ca_bundle)
-        for name in CONVERTED_CRDS:
+        for name in await _converted(crds):
             await crds.merge_patch(name, patch)
 
     async def _wait_admission(self, client: ClusterClient, deadline: float) -> None:
@@ -271,8 +282,9 @@ class KueueManager:
             for kind, body in webhook_configurations(manifests, base_url=self.base_url,
                                                      ca_bundle=self.ca_bundle):
                 await Resource(client, kind).delete(body["metadata"]["name"])
-            for name in CONVERTED_CRDS:
-                await Resource(client, CRDS).merge_patch(name, _NO_CONVERSION)
+            crds = Resource(client, CRDS)
+            for name in await _converted(crds):
+                await crds.merge_patch(name, _NO_CONVERSION)
         finally:
             await client.close()
 

@@ -274,15 +274,16 @@ class TrainerChain:
             process.kill()
 
 
-def chain_crd_files(*, kueue: bool = False) -> list[Path]:
+def chain_crd_files(*, kueue: bool = False, kueue_served: str | None = None) -> list[Path]:
     """The CRDs of a local cluster that runs the real chain: the dispatcher's own, the
-    Trainer's and JobSet's as their modules ship them (and Kueue's, with `kueue`)."""
+    Trainer's and JobSet's as their modules ship them (and Kueue's, with `kueue`; serving
+    only the version `kueue_served`, when given)."""
     from devkit.localcluster.binaries import ensure_kueue
 
     files = ensure_trainer_chain()
     crds = (sorted(CRD_DIR.glob("dispatcher.trainjob.io_*.yaml")) + files.trainer_crds()
             + files.jobset_crds())
-    return crds + ensure_kueue().kueue_crds() if kueue else crds
+    return crds + ensure_kueue().kueue_crds(served=kueue_served) if kueue else crds
 
 
 def kwok_delays(*, run_seconds: float | None) -> dict[str, str]:

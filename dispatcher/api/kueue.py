@@ -1,11 +1,12 @@
 """The Kueue and scheduling resources the dispatcher reads, and the names it writes there.
 
-A worker's queues and Workloads are read as `v1beta2` (Kueue 0.15 and later); priority
-classes on the manager as `v1beta1`, which every Kueue release still serves. With
-`admissionCheck.controllerName` set, the manager's AdmissionChecks and Workloads are
-read as `v1beta2` too, and the dispatcher writes two things there: the `Active`
-condition of the AdmissionChecks naming its controller, and its own entry of each
-Workload's `status.admissionChecks` (state `Pending`, `Ready`, `Retry` or `Rejected`).
+Everything is read as `v1beta2`, the one version Kueue serves from 0.20 on (0.15 to
+0.19 serve it beside `v1beta1`): a worker's ClusterQueues, Workloads and
+WorkloadPriorityClasses, the manager's WorkloadPriorityClasses and, with
+`admissionCheck.controllerName` set, the manager's AdmissionChecks and Workloads; there
+the dispatcher writes two things: the `Active` condition of the AdmissionChecks naming
+its controller, and its own entry of each Workload's `status.admissionChecks` (state
+`Pending`, `Ready`, `Retry` or `Rejected`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dispatcher.kube.resource import ResourceKind
 
 CLUSTER_QUEUES = ResourceKind("kueue.x-k8s.io", "v1beta2", "clusterqueues", namespaced=False)
 WORKLOADS = ResourceKind("kueue.x-k8s.io", "v1beta2", "workloads", namespaced=True)
-WORKLOAD_PRIORITY_CLASSES = ResourceKind("kueue.x-k8s.io", "v1beta1", "workloadpriorityclasses",
+WORKLOAD_PRIORITY_CLASSES = ResourceKind("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses",
                                          namespaced=False)
 PRIORITY_CLASSES = ResourceKind("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
 ADMISSION_CHECKS = ResourceKind("kueue.x-k8s.io", "v1beta2", "admissionchecks",

@@ -167,6 +167,15 @@ def _no_active_worker_message(workers: list[WorkerView]) -> str:
     return f"only workers that are not active could hold it: {_named(named)}"
 
 
+def _ineligible_reason(job: PendingJob, matching: list[WorkerView]) -> str:
+    """Unschedulable only when waiting cannot help: a rejection by a worker passes."""
+    if matching and all(w.name in job.missing_on for w in matching):
+        return c.REASON_RUNTIME_NOT_FOUND
+    if any(w.name in job.excluded for w in matching):
+        return c.REASON_MIRROR_REJECTED
+    return c.REASON_UNSCHEDULABLE
+
+
 def _ineligible_message(job: PendingJob, matching: list[WorkerView]) -> str:
     if not matching:
         return "no worker matches the job's cluster selector"
@@ -218,11 +227,8 @@ def schedule(
                     and w.name not in job.missing_on
                     and w.knows_priority_class(job.priority_class)]
         if not eligible:
-            cannot_run = bool(matching) and all(w.name in job.missing_on for w in matching)
-            decisions.append(Decision(
-                job.key, job.uid, None,
-                c.REASON_RUNTIME_NOT_FOUND if cannot_run else c.REASON_UNSCHEDULABLE,
-                _ineligible_message(job, matching)))
+            decisions.append(Decision(job.key, job.uid, None, _ineligible_reason(job, matching),
+                                      _ineligible_message(job, matching)))
             continue
         holders = [w for w in eligible if resources.fits(job.demand_of(w.name), w.quota)]
         if not holders:

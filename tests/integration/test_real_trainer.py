@@ -37,6 +37,7 @@ from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKU
 from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource, ResourceKind
+from tests.conftest import KUEUE_SERVED
 from tests.integration.conftest import SAMPLES, DispatcherRunner, eventually
 
 pytestmark = pytest.mark.integration
@@ -98,7 +99,8 @@ async def chain() -> AsyncIterator[Chain]:
     plane = LocalControlPlane()
     clients: dict[str, ClusterClient] = {}
     try:
-        await plane.start(CLUSTERS, controllers=CLUSTERS, crd_files=chain_crd_files(kueue=True))
+        await plane.start(CLUSTERS, controllers=CLUSTERS, crd_files=chain_crd_files(
+            kueue=True, kueue_served=KUEUE_SERVED))
         for name in CLUSTERS:
             await plane.clusters[name].start_trainer(NODES if name in WORKERS else None)
             clients[name] = await ClusterClient.from_kubeconfig(

@@ -63,6 +63,10 @@ def test_the_gate_opens_only_with_quota_reserved_and_our_check_pending() -> None
         (gate(None, job(suspend=True)), c.REASON_WAITING_FOR_KUEUE),
         (gate(workload(reserved=False)), c.REASON_WAITING_FOR_KUEUE),
         (gate(workload(reserved=False, evicted=True)), c.REASON_WITHDRAWN_BY_KUEUE),
+        # Kueue evicts (preemption, our Retry) first and resets every check to Pending;
+        # it releases the quota only once the job stops running: withdraw it now.
+        (gate(workload(evicted=True)), c.REASON_WITHDRAWN_BY_KUEUE),
+        (gate(workload(state="Ready", evicted="AdmissionCheck")), c.REASON_WITHDRAWN_BY_KUEUE),
         (gate(workload(state=None)), c.REASON_NO_ADMISSION_CHECK),
         (gate(workload(state="Retry")), c.REASON_WAITING_FOR_KUEUE),
         (gate(workload(state="Rejected", message="too big")), c.REASON_CHECK_REJECTED),
@@ -74,6 +78,7 @@ def test_the_gate_opens_only_with_quota_reserved_and_our_check_pending() -> None
         assert (closed.admits, closed.holds, closed.reason) == (False, False, reason), closed
     assert "queue-name" in gate(None, job(suspend=True)).message
     assert "insufficient quota" in gate(workload(reserved=False)).message
+    assert "preempted by a higher priority" in gate(workload(evicted=True)).message
 
 
 def dispatched(reason: str, message: str, status: str = "False") -> dict[str, Any]:

@@ -81,6 +81,15 @@ def test_cordoned_inactive_excluded_and_selector() -> None:
     assert by_key["j3"].worker == "c"
 
 
+def test_a_job_every_worker_rejected_waits_out_the_rejection() -> None:
+    """Rejections pass (`placement.rejectionBackoffSeconds`): not Unschedulable, which
+    with Kueue on the manager would reject the Workload for good."""
+    decision = schedule([job("j1", 1, excluded=frozenset({"a", "b"}))],
+                        [worker("a", 8), worker("b", 8)])[0]
+    assert (decision.worker, decision.reason) == (None, c.REASON_MIRROR_REJECTED)
+    assert decision.message == "every matching worker rejected the job"
+
+
 def test_unlimited_worker_takes_anything() -> None:
     unlimited = WorkerView(name="u", quota=None)
     assert schedule([job("j1", 10**6)], [unlimited])[0].worker == "u"

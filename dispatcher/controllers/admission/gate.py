@@ -5,9 +5,12 @@ absence) and gives a `Gate`. In this mode Kueue keeps the manager job suspended 
 every check of its Workload is `Ready`, so `suspend` says nothing about the user's
 wish: the Workload does. A job is placed only while its Workload has quota reserved and
 our check is `Pending` (`admits`); a placed job keeps its worker while the Workload
-still has its quota and our check is `Pending` or `Ready` (`holds`); otherwise (Kueue
-evicted, preempted or deactivated the Workload, or our check went `Retry` or
-`Rejected`) its mirror is withdrawn. The reason and message say why, for the job's
+still has its quota, is not evicted and our check is `Pending` or `Ready` (`holds`);
+otherwise (Kueue evicted, preempted or deactivated the Workload, or our check went
+`Retry` or `Rejected`) its mirror is withdrawn. Kueue marks a Workload `Evicted` (and
+resets its checks to `Pending`) before it releases the quota, and releases it only once
+the manager job no longer runs: the withdrawal, which clears the job's `jobsStatus`, is
+what lets it. The reason and message say why, for the job's
 Dispatched condition.
 """
 
@@ -52,15 +55,21 @@ def _closed(reason: str, message: str) -> Gate:
     return Gate(admits=False, holds=False, reason=reason, message=message)
 
 
+def _evicted(workload: JSON) -> Gate | None:
+    """Kueue evicted it (preempted, our check went Retry, ...): it resets every check to
+    Pending at once, and releases the quota only once the job no longer runs."""
+    evicted = condition(workload.get("status"), k.WORKLOAD_EVICTED)
+    if evicted is None or evicted.get("status") != "True":
+        return None
+    return _closed(c.REASON_WITHDRAWN_BY_KUEUE,
+                   f"Workload {workload['metadata']['name']} evicted by Kueue "
+                   f"({evicted.get('reason')}): {evicted.get('message', '')}")
+
+
 def _queued(workload: JSON) -> Gate:
     """No quota reserved: Kueue queues it; its own words, when it has some."""
     status = workload.get("status")
     name = workload["metadata"]["name"]
-    evicted = condition(status, k.WORKLOAD_EVICTED)
-    if evicted is not None and evicted.get("status") == "True":
-        return _closed(c.REASON_WITHDRAWN_BY_KUEUE,
-                       f"Workload {name} evicted by Kueue ({evicted.get('reason')}): "
-                       f"{evicted.get('message', '')}")
     reserved = condition(status, k.WORKLOAD_QUOTA_RESERVED) or {}
     said = f": {reserved['message']}" if reserved.get("message") else ""
     queue = (workload.get("spec") or {}).get("queueName", "")
@@ -95,6 +104,9 @@ def gate_of(job: JSON, workload: JSON | None, checks: Collection[str], *,
                            f"Workload {name} deactivated by Kueue{said} (the reason is in "
                            "Kueue's AdmissionCheckRejected event on the Workload)")
         return _closed(c.REASON_WITHDRAWN_BY_KUEUE, f"Workload {name} is deactivated{said}")
+    withdrawn = _evicted(workload)
+    if withdrawn is not None:
+        return withdrawn
     if not quota_reserved(workload):
         return _queued(workload)
     ours = check_of(workload, checks)

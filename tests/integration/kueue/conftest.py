@@ -32,7 +32,7 @@ from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES
 from dispatcher.app import Dispatcher
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource
-from tests.conftest import WORKER_NODES
+from tests.conftest import KUEUE_SERVED, WORKER_NODES
 from tests.integration.conftest import SAMPLES, DispatcherRunner
 
 MANAGER = "manager"
@@ -51,7 +51,8 @@ class KueueClusters:
 
 
 async def _start_plane(plane: LocalControlPlane) -> None:
-    await plane.start(CLUSTERS, controllers=CLUSTERS, crd_files=chain_crd_files(kueue=True))
+    await plane.start(CLUSTERS, controllers=CLUSTERS, crd_files=chain_crd_files(
+        kueue=True, kueue_served=KUEUE_SERVED))
     for name in CLUSTERS:
         await plane.clusters[name].start_trainer(WORKER_NODES if name in WORKERS else None)
     manager_settings = KueueSettings(multikueue=MultiKueueSettings(gc_interval="5s"))

@@ -1,139 +1,43 @@
-"""The dispatcher as the AdmissionCheck of a real Kueue on its manager (issue #25).
+"""The dispatcher as the AdmissionCheck of a real Kueue on its manager: one job's way.
 
-A plane of its own: a manager running a real Kueue manager (its ClusterQueue waits for
-an AdmissionCheck whose controllerName is the dispatcher's, instead of MultiKueue's),
-and one worker without Kueue running the real Trainer chain on kwok nodes. The manager
-runs no Trainer: `managedBy` keeps it out anyway. Kueue creates each job's Workload and
-keeps the job suspended; the dispatcher places it while Kueue suspends it, sets our
+Kueue reserves quota and keeps the job suspended; the dispatcher places it, sets our
 check Ready naming the worker once the mirror exists, and Kueue then unsuspends the
-manager job; a job that fits its ClusterQueue but no worker is Rejected with the reason.
+manager job, which completes; a job that fits its ClusterQueue but no worker is Rejected
+with the reason; a check left Pending while no dispatcher ran is taken up once.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import pytest_asyncio
-import yaml
 
-from devkit.factories import trainjob
-from devkit.localcluster import LocalControlPlane
-from devkit.localcluster.kueue_objects import (
-    ADMISSION_CHECKS,
-    API_VERSION,
-    FIELD_MANAGER,
-    WORKLOADS,
-    setup_queues,
-    wait_active,
-)
-from devkit.localcluster.trainer import chain_crd_files, kwok_timed
+from devkit.localcluster.kueue_objects import ADMISSION_CHECKS, wait_active
 from dispatcher.api import constants as c
 from dispatcher.api.placement import PLACEMENTS
-from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
-from dispatcher.kube.client import ClientSettings, ClusterClient
-from dispatcher.kube.resource import EVENTS, NAMESPACES, Resource
-from tests.conftest import WORKER_NODES
-from tests.integration.conftest import SAMPLES, DispatcherRunner, eventually
+from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
+from dispatcher.kube.resource import EVENTS, Resource
+from tests.integration.conftest import DispatcherRunner, eventually
+from tests.integration.kueue.admission.conftest import (
+    MANAGER,
+    WORKER,
+    Plane,
+    our_check,
+    queues,
+    start,
+    submit,
+    workload_of,
+)
 from tests.integration.kueue.conftest import conditions, is_true
 
 pytestmark = pytest.mark.integration
-MANAGER, WORKER = "manager", "worker-a"
-CONTROLLER = "dispatcher.trainjob.io/multicluster"
-WORKER_QUOTA = {"cpu": "16", "memory": "64Gi"}
-QUEUE_QUOTA = {"cpu": "100", "memory": "400Gi"}
-"""The manager's ClusterQueue holds more than the worker: Kueue may admit what no worker fits."""
-LOCAL_QUEUE = "team"
-RUN_SECONDS = 2.0
 
 
-@dataclass
-class Plane:
-    plane: LocalControlPlane
-    clients: dict[str, ClusterClient]
-
-
-@pytest_asyncio.fixture(scope="module")
-async def admission_plane() -> AsyncIterator[Plane]:
-    plane = LocalControlPlane()
-    clients: dict[str, ClusterClient] = {}
-    try:
-        await plane.start([MANAGER, WORKER], controllers=[MANAGER, WORKER],
-                          crd_files=chain_crd_files(kueue=True))
-        await plane.clusters[WORKER].start_trainer(WORKER_NODES)
-        await plane.clusters[MANAGER].start_kueue()
-        for name, cluster in plane.clusters.items():
-            clients[name] = await ClusterClient.from_kubeconfig(
-                name=name, kubeconfig=cluster.kubeconfig(),
-                settings=ClientSettings(qps=1000, burst=1000, timeout_seconds=10))
-        runtime = kwok_timed(yaml.safe_load(
-            (SAMPLES / "clustertrainingruntime-torch.yaml").read_text()), run_seconds=RUN_SECONDS)
-        for client in clients.values():
-            await Resource(client, CLUSTER_TRAINING_RUNTIMES).apply(runtime,
-                                                                    field_manager="tests")
-        yield Plane(plane=plane, clients=clients)
-    finally:
-        for client in clients.values():
-            await client.close()
-        for cluster in plane.clusters.values():
-            await cluster.stop_trainer()
-        plane.stop()
-
-
-@pytest_asyncio.fixture
-async def ns(admission_plane: Plane) -> AsyncIterator[str]:
-    """A namespace on both clusters, and on the manager a ClusterQueue of its own waiting
-    for an AdmissionCheck of its own, whose controller is the dispatcher."""
-    name = f"ac-{uuid.uuid4().hex[:8]}"
-    manager = admission_plane.clients[MANAGER]
-    for client in admission_plane.clients.values():
-        await Resource(client, NAMESPACES).create(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    await Resource(manager, ADMISSION_CHECKS).apply({
-        "apiVersion": API_VERSION, "kind": "AdmissionCheck", "metadata": {"name": name},
-        "spec": {"controllerName": CONTROLLER}}, field_manager=FIELD_MANAGER)
-    await setup_queues(manager, cluster_queue_name=f"cq-{name}", local_queue_name=LOCAL_QUEUE,
-                       namespaces=[name], quota=QUEUE_QUOTA, admission_check=name)
-    yield name
-
-
-@pytest_asyncio.fixture
-async def dispatchers(admission_plane: Plane, ns: str) -> AsyncIterator[DispatcherRunner]:
-    runner = DispatcherRunner(admission_plane.plane, ns)
-    yield runner
-    await runner.stop()
-
-
-async def start(plane: Plane, runner: DispatcherRunner) -> Any:
-    kubeconfig = str(plane.plane.clusters[WORKER].kubeconfig_path)
-    return await runner(
-        manager_kubeconfig=plane.plane.clusters[MANAGER].kubeconfig(),
-        admissionCheck={"controllerName": CONTROLLER},
-        workers={"static": [{"name": WORKER, "kubeconfig": kubeconfig,
-                             "quota": WORKER_QUOTA}]})
-
-
-async def submit(plane: Plane, ns: str, name: str, **kwargs: Any) -> None:
-    await Resource(plane.clients[MANAGER], TRAINJOBS).create(
-        trainjob(name, ns, managed_by=MANAGED_BY_MULTIKUEUE,
-                 labels={c.LABEL_KUEUE_QUEUE: LOCAL_QUEUE}, **kwargs), namespace=ns)
-
-
-async def workload_of(plane: Plane, ns: str) -> dict[str, Any] | None:
-    listed = await Resource(plane.clients[MANAGER], WORKLOADS).list(namespace=ns)
-    items = listed["items"]
-    return items[0] if items else None
-
-
-def our_check(workload: dict[str, Any] | None, ns: str) -> dict[str, Any]:
-    for entry in ((workload or {}).get("status") or {}).get("admissionChecks") or []:
-        if entry["name"] == ns:
-            return dict(entry)
-    return {}
-
+@pytest_asyncio.fixture(autouse=True)
+async def team(admission_plane: Plane, ns: str) -> None:
+    """One ClusterQueue, larger than the worker, waiting for the test's check."""
+    await queues(admission_plane, ns)
 
 async def test_kueue_admits_the_dispatcher_places_and_the_job_runs(
         admission_plane: Plane, ns: str, dispatchers: DispatcherRunner) -> None:

@@ -1,0 +1,85 @@
+"""When a dispatched job loses its mirror, our check goes `Retry`: Kueue evicts the
+Workload, releases and requeues it, and the dispatcher places it again once Kueue
+reserves quota anew; the job then completes. A dispatcher restarted or replaced by
+another leader while checks wait takes each up once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from devkit.localcluster.kueue_objects import ADMISSION_CHECKS, wait_active
+from devkit.localcluster.trainer import end_pods
+from dispatcher.api import constants as c
+from dispatcher.api.placement import PLACEMENTS
+from dispatcher.api.trainer import TRAINJOBS
+from dispatcher.kube.resource import EVENTS, Resource
+from tests.integration.conftest import DispatcherRunner, eventually
+from tests.integration.kueue.admission.conftest import (
+    Plane,
+    our_check,
+    queues,
+    start,
+    submit,
+    workload_of,
+)
+from tests.integration.kueue.conftest import conditions, is_true
+from tests.integration.kueue.helpers import long_running
+
+pytestmark = pytest.mark.integration
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def team(admission_plane: Plane, ns: str) -> None:
+    await queues(admission_plane, ns)
+
+
+async def check_state(plane: Plane, ns: str, job: str) -> str:
+    return str(our_check(await workload_of(plane, ns, job), ns).get("state", ""))
+
+
+async def test_a_deleted_mirror_sends_the_check_to_retry_and_the_job_runs_again(
+        admission_plane: Plane, ns: str, dispatchers: DispatcherRunner) -> None:
+    await start(admission_plane, dispatchers)
+    await wait_active(admission_plane.manager, ADMISSION_CHECKS, [ns])
+    await submit(admission_plane, ns, "again", runtime_patches=long_running(600))
+    mirrors = Resource(admission_plane.worker, TRAINJOBS)
+
+    async def running() -> dict[str, Any] | None:
+        mirror = await mirrors.get("again", namespace=ns)
+        return mirror if mirror and await check_state(admission_plane, ns, "again") == "Ready" \
+            else None
+    first = await eventually(running, timeout=60, interval=0.2)
+    await mirrors.delete("again", namespace=ns)
+
+    async def retried() -> str:
+        """Kueue's event on the Workload: evicted for our Retry."""
+        listed = await Resource(admission_plane.manager, EVENTS).list(namespace=ns)
+        return next((str(e.get("note")) for e in listed["items"]
+                     if e.get("reason") == "EvictedDueToAdmissionCheck"), "")
+    note = await eventually(retried, timeout=60, interval=0.2)
+    assert "deleted" in note, note
+
+    async def placed_again() -> dict[str, Any] | None:
+        mirror = await mirrors.get("again", namespace=ns)
+        fresh = mirror and mirror["metadata"]["uid"] != first["metadata"]["uid"]
+        return mirror if fresh and await check_state(
+            admission_plane, ns, "again") == "Ready" else None
+    await eventually(placed_again, timeout=90, interval=0.2)
+    workload = await workload_of(admission_plane, ns, "again")
+    assert is_true(workload, "Admitted"), workload
+    assert int(our_check(workload, ns).get("retryCount") or 0) == 1, workload["status"]
+    records = await Resource(admission_plane.manager, PLACEMENTS).list(namespace=f"{ns}-system")
+    assert len(records["items"]) == 1, records["items"]
+
+    async def ended() -> int:
+        return await end_pods(admission_plane.worker, ns, "again")
+    await eventually(ended, timeout=60, interval=0.3)
+
+    async def complete() -> dict[str, Any] | None:
+        job = await Resource(admission_plane.manager, TRAINJOBS).get("again", namespace=ns)
+        return job if is_true(job, "Complete") else None
+    job = await eventually(complete, timeout=60, interval=0.3)
+    assert conditions(job)[c.CONDITION_DISPATCHED]["status"] == "True"
