@@ -100,6 +100,8 @@ REASON_CHECK_ACTIVE = "Active"
 """Some registered worker is usable: the check dispatches."""
 REASON_NO_WORKERS = "NoWorkers"
 """No worker is registered with the dispatcher (NoActiveWorker: none of them is usable)."""
+REASON_PARAMETERS_NOT_SUPPORTED = "ParametersNotSupported"
+"""The AdmissionCheck names a parameters object: the dispatcher takes none."""
 
 # Reasons of a WorkerCluster's Active condition.
 REASON_CONNECTED = "Connected"

@@ -130,6 +130,10 @@ def test_our_check(wl: dict[str, Any], state: JobState | None,
 def test_active_condition_says_why_and_is_written_only_on_change() -> None:
     assert active_of(registered=0, usable=[]).reason == c.REASON_NO_WORKERS
     assert active_of(registered=2, usable=[]).reason == c.REASON_NO_ACTIVE_WORKER
+    bad = active_of(registered=2, usable=["a"], parameters={
+        "apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": "fleet"})
+    assert (bad.active, bad.reason) == (False, c.REASON_PARAMETERS_NOT_SUPPORTED)
+    assert "MultiKueueConfig fleet" in bad.message and "spec.parameters" in bad.message
     active = active_of(registered=2, usable=["a"])
     assert active == Activity(True, c.REASON_CHECK_ACTIVE, "dispatching to 1 of 2 worker "
                                                            "clusters")

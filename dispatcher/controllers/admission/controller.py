@@ -224,7 +224,8 @@ class AdmissionCheckController:
             return
         workers = self._registry.workers.values()
         activity = active_of(registered=len(workers),
-                             usable=[w.name for w in workers if w.usable()])
+                             usable=[w.name for w in workers if w.usable()],
+                             parameters=(check.get("spec") or {}).get("parameters"))
         new = active_condition(check.get("status"), activity,
                                now=st.rfc3339(self._clock.time()),
                                generation=int(check["metadata"].get("generation", 0)))

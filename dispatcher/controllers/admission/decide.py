@@ -13,8 +13,9 @@ Pure, level-triggered from what the caches hold:
     instead of holding its quota forever);
   - `Pending` otherwise -> `Pending`, with why it waits (the job's Dispatched message);
   `Retry` and `Rejected` are left to Kueue.
-- `active_of(registered, usable)`: an AdmissionCheck of ours is `Active` while some
-  registered worker is usable; else not, saying why.
+- `active_of(registered, usable, parameters)`: an AdmissionCheck of ours is `Active`
+  while some registered worker is usable and it names no parameters object; else not,
+  saying why (Kueue then holds the ClusterQueues that use it inactive).
 """
 
 from __future__ import annotations
@@ -95,7 +96,15 @@ def check_update(workload: JSON, checks: Collection[str], job: JobState | None
     return CheckUpdate(name=name, state=wanted[0], message=wanted[1])
 
 
-def active_of(*, registered: int, usable: Collection[str]) -> Activity:
+def active_of(*, registered: int, usable: Collection[str], parameters: JSON | None = None
+              ) -> Activity:
+    """Whether a check of ours dispatches; `parameters` is its `spec.parameters`."""
+    if parameters:
+        named = " ".join(str(parameters.get(key, "")) for key in ("apiGroup", "kind", "name"))
+        return Activity(False, c.REASON_PARAMETERS_NOT_SUPPORTED,
+                        f"trainjob-dispatcher takes no parameters object (this check names "
+                        f"{named.strip()}): remove spec.parameters; the workers it dispatches "
+                        "to are the dispatcher's own configuration")
     if not registered:
         return Activity(False, c.REASON_NO_WORKERS,
                         "no worker cluster is registered with the dispatcher")

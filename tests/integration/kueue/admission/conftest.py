@@ -169,9 +169,12 @@ class LiveMirrors:
 
     live: set[str] = field(default_factory=set)
     most: int = 0
+    uids: dict[str, set[str]] = field(default_factory=dict)
+    """Every UID seen of each mirror (by name): one per mirror created."""
 
     def seen(self, event_type: str, mirror: dict[str, Any]) -> None:
         name = mirror["metadata"]["name"]
+        self.uids.setdefault(name, set()).add(mirror["metadata"]["uid"])
         gone = event_type == DELETED or bool(mirror["metadata"].get("deletionTimestamp"))
         (self.live.discard if gone else self.live.add)(name)
         self.most = max(self.most, len(self.live))

@@ -13,14 +13,23 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from devkit.localcluster.kueue_objects import ADMISSION_CHECKS, wait_active
+from devkit.localcluster.kueue_objects import (
+    ADMISSION_CHECKS,
+    API_VERSION,
+    CLUSTER_QUEUES,
+    FIELD_MANAGER,
+    setup_queues,
+    wait_active,
+)
 from dispatcher.api import constants as c
 from dispatcher.api.placement import PLACEMENTS
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.resource import EVENTS, Resource
 from tests.integration.conftest import DispatcherRunner, eventually
 from tests.integration.kueue.admission.conftest import (
+    CONTROLLER,
     MANAGER,
+    QUEUE_QUOTA,
     WORKER,
     Plane,
     our_check,
@@ -131,3 +140,33 @@ async def test_a_check_left_pending_while_no_dispatcher_ran_is_taken_up_once(
     assert len(records["items"]) == 1, records["items"]
     mirrors = await Resource(admission_plane.clients[WORKER], TRAINJOBS).list(namespace=ns)
     assert [m["metadata"]["name"] for m in mirrors["items"]] == ["while-away"]
+
+
+async def test_a_check_naming_a_parameters_object_is_inactive_and_says_why(
+        admission_plane: Plane, ns: str, dispatchers: DispatcherRunner) -> None:
+    """The dispatcher takes no parameters: such a check stays inactive, and Kueue holds
+    the ClusterQueue using it inactive, so nothing is admitted on a guess."""
+    name = f"{ns}-params"
+    await Resource(admission_plane.manager, ADMISSION_CHECKS).apply({
+        "apiVersion": API_VERSION, "kind": "AdmissionCheck", "metadata": {"name": name},
+        "spec": {"controllerName": CONTROLLER, "parameters": {
+            "apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": "fleet"}}},
+        field_manager=FIELD_MANAGER)
+    await setup_queues(admission_plane.manager, cluster_queue_name=f"cq-{name}",
+                       local_queue_name="params", namespaces=[ns], quota=QUEUE_QUOTA,
+                       admission_check=name)
+    await start(admission_plane, dispatchers)
+
+    async def refused() -> dict[str, Any] | None:
+        active = conditions(await Resource(admission_plane.manager, ADMISSION_CHECKS).get(
+            name)).get("Active", {})
+        return active if active.get("reason") == c.REASON_PARAMETERS_NOT_SUPPORTED else None
+    active = await eventually(refused, timeout=30, interval=0.2)
+    assert active["status"] == "False" and "MultiKueueConfig fleet" in active["message"]
+
+    async def queue_inactive() -> dict[str, Any] | None:
+        queue = await Resource(admission_plane.manager, CLUSTER_QUEUES).get(f"cq-{name}")
+        shown = conditions(queue).get("Active", {})
+        return shown if shown.get("status") == "False" else None
+    shown = await eventually(queue_inactive, timeout=30, interval=0.2)
+    assert name in shown.get("message", ""), shown
