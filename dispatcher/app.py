@@ -91,7 +91,8 @@ def _admission(term: LeaderTerm, manager: ClusterClient, settings: InformerSetti
         controller_name=name, manager=manager, kind=term.kind,
         origin=term.config.mirror.origin, trainjobs=term.trainjobs, records=term.records,
         registry=term.registry, settings=settings, clock=term.clock,
-        on_job=lambda key: term.queue.add(key, lane=Lane.URGENT))
+        on_job=lambda key: term.queue.add(key, lane=Lane.URGENT),
+        ready_when=term.config.admission_check.ready_when)
 
 
 def _jobs_controller(term: LeaderTerm, *, manager: ClusterClient,

@@ -161,6 +161,15 @@ class MirrorConfig(_Group):
     )
 
 
+class CheckReadyWhen(StrEnum):
+    MIRROR_CREATED = "MirrorCreated"
+    """Our check goes Ready once the mirror exists on its worker (as MultiKueue's does)."""
+    WORKER_ADMITTED = "WorkerAdmitted"
+    """Ready once the worker's Kueue has admitted the mirror too (at once on a worker
+    without Kueue): till then the check stays Pending saying where the job waits, and
+    the manager job stays suspended and counts in its ClusterQueue as not yet admitted."""
+
+
 class AdmissionCheckConfig(_Group):
     """Kueue on the manager: the dispatcher as the controller of Kueue AdmissionChecks."""
 
@@ -171,6 +180,12 @@ class AdmissionCheckConfig(_Group):
                     "queues the jobs, and a job is placed only once its Workload has quota "
                     "and this check is Pending. Empty (the default) runs standalone: the "
                     "dispatcher's own queue, no Kueue on the manager.",
+    )
+    ready_when: CheckReadyWhen = Field(
+        CheckReadyWhen.MIRROR_CREATED, alias="readyWhen",
+        description="When our check of a Workload goes Ready: MirrorCreated (once the "
+                    "mirror exists on its worker) or WorkerAdmitted (once the worker's "
+                    "Kueue admitted it too; Pending, saying so, till then).",
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from dispatcher.api import constants as c
+from dispatcher.config import CheckReadyWhen
 from dispatcher.controllers.admission.decide import (
     Activity,
     CheckUpdate,
@@ -125,6 +126,31 @@ EVICTED = JobState(dispatched=dispatched(c.REASON_EVICTED, "evicted on worker w;
 def test_our_check(wl: dict[str, Any], state: JobState | None,
                    expected: CheckUpdate | None) -> None:
     assert check_update(wl, OURS, state) == expected
+
+
+WAITS_ON_WORKER = JobState(placed_on="w", mirrored=True, dispatched=dispatched(
+    c.REASON_WAITING_FOR_ADMISSION, "placed on worker w, waiting for admission in "
+    "ClusterQueue cq: insufficient quota", status="True"))
+
+
+@pytest.mark.parametrize(("wl", "state", "expected"), [
+    (workload(), WAITS_ON_WORKER,
+     CheckUpdate(CHECK, "Pending", "placed on worker w, waiting for admission in "
+                                   "ClusterQueue cq: insufficient quota")),
+    (workload(), JobState(placed_on="w", mirrored=True),
+     CheckUpdate(CHECK, "Pending", "placed on worker w, waiting for its Kueue to admit it")),
+    (workload(), JobState(placed_on="w", mirrored=True, admitted=True),
+     CheckUpdate(CHECK, "Ready", "placed on worker w by trainjob-dispatcher")),
+    (workload(state="Ready"), WAITS_ON_WORKER, None),
+], ids=["waits in the worker's Kueue: Pending with where", "no word yet", "admitted: Ready",
+        "Ready stays Ready"])
+def test_our_check_ready_once_the_worker_admits(wl: dict[str, Any], state: JobState,
+                                                 expected: CheckUpdate | None) -> None:
+    assert check_update(wl, OURS, state, ready_when=CheckReadyWhen.WORKER_ADMITTED) == expected
+    if state.admitted or wl["status"]["admissionChecks"][0]["state"] == "Ready":
+        return
+    assert check_update(wl, OURS, state) == CheckUpdate(
+        CHECK, "Ready", "placed on worker w by trainjob-dispatcher"), "the default: on create"
 
 
 def test_active_condition_says_why_and_is_written_only_on_change() -> None:

@@ -25,7 +25,7 @@ def test_defaults() -> None:
                       "admissionTimeoutSeconds": 300.0},
         "mirror": {"origin": "trainjob-dispatcher", "keepFinished": False, "maxEvictions": 5,
                    "requeueBackoffSeconds": 5.0},
-        "admissionCheck": {"controllerName": ""},
+        "admissionCheck": {"controllerName": "", "readyWhen": "MirrorCreated"},
         "gc": {"intervalSeconds": 60.0},
         "server": {"host": "0.0.0.0", "port": 8080, "statusPage": True},
         "leaderElection": {"enabled": False, "leaseName": "trainjob-dispatcher",

@@ -30,6 +30,7 @@ from dispatcher.api import constants as c
 from dispatcher.api import kueue as k
 from dispatcher.api.conditions import condition
 from dispatcher.clock import Clock
+from dispatcher.config import CheckReadyWhen
 from dispatcher.controllers import status as st
 from dispatcher.controllers.admission.decide import (
     CheckUpdate,
@@ -39,6 +40,7 @@ from dispatcher.controllers.admission.decide import (
     check_update,
 )
 from dispatcher.controllers.admission.gate import Gate, check_of, gate_of
+from dispatcher.controllers.jobs.admission import Stage, admission_of
 from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.workers import WorkerRegistry
 from dispatcher.kinds import JobKind
@@ -83,8 +85,10 @@ class AdmissionCheckController:
     def __init__(self, *, controller_name: str, manager: ClusterClient, kind: JobKind,
                  origin: str, trainjobs: Informer, records: PlacementRecords,
                  registry: WorkerRegistry, settings: InformerSettings, clock: Clock,
-                 on_job: Callable[[str], None]) -> None:
+                 on_job: Callable[[str], None],
+                 ready_when: CheckReadyWhen = CheckReadyWhen.MIRROR_CREATED) -> None:
         self.controller_name = controller_name
+        self._ready_when = ready_when
         self._kind = kind
         self._origin = origin
         self._trainjobs = trainjobs
@@ -181,20 +185,25 @@ class AdmissionCheckController:
             return None
         record = next((r for r in self._records.of_job(owner[0]) if r.uid == owner[1]), None)
         placed_on = record.worker if record is not None and record.placed else ""
-        mirrored = False
+        mirrored = admitted = False
         connection = self._registry.get(placed_on) if placed_on else None
         if connection is not None and connection.usable() and connection.mirrors is not None:
             mirror = connection.mirrors.get(owner[0])
             mirrored = mirror is not None and self._kind.is_ours(
                 mirror, manager_uid=owner[1], origin=self._origin)
-        return JobState(placed_on=placed_on, mirrored=mirrored,
+            if mirror is not None and mirrored:
+                remote = (connection.kueue.workload_of(mirror["metadata"].get("uid", ""))
+                          if connection.kueue is not None else None)
+                admitted = admission_of(mirror, remote, kind=self._kind).stage is Stage.ADMITTED
+        return JobState(placed_on=placed_on, mirrored=mirrored, admitted=admitted,
                         dispatched=condition(job.get("status"), c.CONDITION_DISPATCHED))
 
     async def _reconcile_workload(self, key: str) -> None:
         workload = self.workloads.get(key)
         if workload is None:
             return
-        update = check_update(workload, self.ours(), self.job_state(workload))
+        update = check_update(workload, self.ours(), self.job_state(workload),
+                              ready_when=self._ready_when)
         if update is not None:
             await self._write_check(workload, update)
 

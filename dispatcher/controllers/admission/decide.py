@@ -4,7 +4,9 @@ Pure, level-triggered from what the caches hold:
 - `check_update(workload, checks, job)`: our check of a Workload with quota reserved
   (nothing while Kueue has not reserved quota, has evicted or deactivated it, or it
   finished: Kueue resets the checks itself then):
-  - the job is placed and its mirror exists -> `Ready`, naming the worker;
+  - the job is placed and its mirror exists -> `Ready`, naming the worker (with
+    `readyWhen: WorkerAdmitted`, once the worker's Kueue admitted it too; `Pending`
+    saying where it waits till then);
   - `Ready`, and the job is no longer placed (its mirror was evicted or its worker lost:
     the dispatcher took it off) -> `Retry`, with why (Kueue then evicts the Workload,
     releases its quota and queues it again);
@@ -27,6 +29,7 @@ from typing import Any
 from dispatcher.api import constants as c
 from dispatcher.api import kueue as k
 from dispatcher.api.conditions import condition, condition_true
+from dispatcher.config import CheckReadyWhen
 from dispatcher.controllers.admission.gate import check_of, quota_reserved
 
 JSON = dict[str, Any]
@@ -40,6 +43,8 @@ class JobState:
     """The worker of its placement record; empty while it is not placed."""
     mirrored: bool = False
     """Our mirror of it is on that worker."""
+    admitted: bool = False
+    """That mirror runs: the worker's Kueue admitted it (or the worker has no Kueue)."""
     dispatched: JSON | None = None
     """Its Dispatched condition (why it waits, or where it runs)."""
 
@@ -71,7 +76,8 @@ def _open(workload: JSON) -> bool:
             and not condition_true(status, k.WORKLOAD_FINISHED))
 
 
-def check_update(workload: JSON, checks: Collection[str], job: JobState | None
+def check_update(workload: JSON, checks: Collection[str], job: JobState | None, *,
+                 ready_when: CheckReadyWhen = CheckReadyWhen.MIRROR_CREATED
                  ) -> CheckUpdate | None:
     """The entry to write, or None when ours is as it should be (or is not ours to move)."""
     entry = check_of(workload, checks)
@@ -80,8 +86,13 @@ def check_update(workload: JSON, checks: Collection[str], job: JobState | None
     name, state, message = entry["name"], entry.get("state"), entry.get("message", "")
     wanted: tuple[str, str] | None = None
     dispatched = job.dispatched or {}
-    if job.placed_on and job.mirrored:
+    waits_on_worker = ready_when is CheckReadyWhen.WORKER_ADMITTED and not job.admitted
+    if job.placed_on and job.mirrored and not waits_on_worker:
         wanted = (k.CHECK_READY, f"placed on worker {job.placed_on} by trainjob-dispatcher")
+    elif job.placed_on and job.mirrored and state == k.CHECK_PENDING:
+        wanted = (k.CHECK_PENDING, str(dispatched.get("message") or
+                                       f"placed on worker {job.placed_on}, waiting for its "
+                                       "Kueue to admit it"))
     elif state == k.CHECK_READY:
         if not job.placed_on:
             why = dispatched.get("message") or "no longer placed"
