@@ -11,6 +11,8 @@ its controller, and its own entry of each Workload's `status.admissionChecks` (s
 
 from __future__ import annotations
 
+from typing import Any
+
 from dispatcher.kube.resource import ResourceKind
 
 CLUSTER_QUEUES = ResourceKind("kueue.x-k8s.io", "v1beta2", "clusterqueues", namespaced=False)
@@ -31,6 +33,8 @@ CHECK_REJECTED = "Rejected"
 """Kueue deactivates the Workload: it is not queued again until someone reactivates it."""
 
 # A Workload's condition types.
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+"""Kueue's label on a Workload: the UID of the job it was made for."""
 WORKLOAD_QUOTA_RESERVED = "QuotaReserved"
 WORKLOAD_ADMITTED = "Admitted"
 WORKLOAD_EVICTED = "Evicted"
@@ -38,3 +42,15 @@ WORKLOAD_FINISHED = "Finished"
 EVICTED_BY_REJECTED_CHECK = "DeactivatedDueToAdmissionCheck"
 """The Evicted reason of a Workload that Kueue deactivated because a check was Rejected
 (Kueue then resets the check to Pending; its event on the Workload keeps our message)."""
+
+
+WORKLOADS_BY_JOB = "job-uid"
+"""The name of the Workload informers' index by `job_uid_of`."""
+
+
+def job_uid_of(workload: dict[str, Any]) -> str | None:
+    """The UID of the job a Workload was made for: its controller owner's."""
+    for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("uid"):
+            return str(ref["uid"])
+    return None

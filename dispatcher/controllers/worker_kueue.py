@@ -23,14 +23,26 @@ from fractions import Fraction
 from typing import Any
 
 from dispatcher.api import constants as c
-from dispatcher.api.kueue import CLUSTER_QUEUES, WORKLOAD_PRIORITY_CLASSES, WORKLOADS
+from dispatcher.api.kueue import (
+    CLUSTER_QUEUES,
+    JOB_UID_LABEL,
+    WORKLOAD_PRIORITY_CLASSES,
+    WORKLOADS,
+    WORKLOADS_BY_JOB,
+    job_uid_of,
+)
 from dispatcher.clock import Clock
 from dispatcher.kube.client import ClusterClient
-from dispatcher.kube.informer import DELETED, ConnectionHandler, Informer, InformerSettings
+from dispatcher.kube.informer import (
+    DELETED,
+    ConnectionHandler,
+    Informer,
+    InformerSettings,
+    object_key,
+)
 from dispatcher.kube.resource import Resource
 from dispatcher.placement import resources
 from dispatcher.placement.live_quota import (
-    JOB_UID_LABEL,
     QueueQuota,
     Reservation,
     parse_cluster_queue,
@@ -90,15 +102,14 @@ class WorkerKueue:
         self.cluster_queue = cluster_queue
         self.workloads = Informer(Resource(client, WORKLOADS), settings=settings,
                                   on_connection=on_connection, name=f"{worker}/workloads",
-                                  transform=summary, clock=clock)
+                                  transform=summary, clock=clock,
+                                  indexes={WORKLOADS_BY_JOB: job_uid_of})
         self.workloads.add_handler(self._on_workload)
         self.queues: dict[str, QueueQuota] = {}
         self._client = client
         self._on_news = on_news
         self._held: dict[str, Reservation] = {}
         """Workload key -> the quota it holds, for the Workloads that hold any."""
-        self._by_job: dict[str, str] = {}
-        """Job UID -> Workload key."""
         self.reserved: dict[str, Vector] = {}
         """ClusterQueue -> what its Workloads hold."""
         self.priority_classes: frozenset[str] | None = None
@@ -112,12 +123,12 @@ class WorkerKueue:
         return self.workloads.synced.is_set()
 
     def workload_of(self, job_uid: str) -> JSON | None:
-        key = self._by_job.get(job_uid)
-        return self.workloads.get(key) if key is not None else None
+        found = self.workloads.indexed(WORKLOADS_BY_JOB, job_uid)
+        return found[0] if found else None
 
     def reservation_of(self, job_uid: str) -> Reservation | None:
-        key = self._by_job.get(job_uid)
-        return self._held.get(key) if key is not None else None
+        workload = self.workload_of(job_uid)
+        return self._held.get(object_key(workload)) if workload is not None else None
 
     def _on_workload(self, event_type: str, workload: JSON) -> None:
         metadata = workload["metadata"]
@@ -126,13 +137,7 @@ class WorkerKueue:
         if previous is not None:
             self.reserved[previous.cluster_queue] = resources.subtract(
                 self.reserved.get(previous.cluster_queue, {}), previous.usage)
-        job_uid = (metadata.get("labels") or {}).get(JOB_UID_LABEL, "")
-        if event_type == DELETED:
-            if job_uid and self._by_job.get(job_uid) == key:
-                del self._by_job[job_uid]
-        else:
-            if job_uid:
-                self._by_job[job_uid] = key
+        if event_type != DELETED:
             try:
                 held = reservation_of(workload)
             except QuantityError as error:

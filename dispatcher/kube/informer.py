@@ -15,6 +15,9 @@ The watch works in three layers, like kopf's:
 
 Handlers get `(event_type, object)` for every change, including the synthetic ones a
 relist finds; they must not block: the controllers only map them to keys and enqueue.
+An informer may keep indexes (`indexes`: name -> a function giving an object's value,
+or None), like client-go's indexers: `indexed(name, value)` answers from the cache
+without a scan, e.g. the Workloads of one job by Kueue's job-uid label.
 A change this process made and `remember`ed is not emitted again when its watch event
 arrives: the controller that wrote it already acted on it. The answer to a write that
 arrives after the watch reported the object deleted (the last finalizer removed) is not
@@ -42,6 +45,7 @@ log = logging.getLogger(__name__)
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 EventHandler = Callable[[str, JSON], None]
+Indexer = Callable[[JSON], str | None]
 ConnectionHandler = Callable[[Exception | None], None]
 """Called with None when the informer is synced and watching, with the error otherwise."""
 
@@ -84,6 +88,7 @@ class Informer:
         name: str = "",
         transform: Callable[[JSON], JSON] | None = None,
         clock: Clock | None = None,
+        indexes: Mapping[str, Indexer] | None = None,
     ) -> None:
         self.resource = resource
         self._clock: Clock = clock or SystemClock()
@@ -95,6 +100,9 @@ class Informer:
         self.settings = settings or InformerSettings()
         self.name = name or f"{resource.client.name}/{resource.kind.plural}"
         self.store: dict[str, JSON] = {}
+        self._indexers = dict(indexes or {})
+        self._indexed: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+        """Index name -> value -> the keys of the cached objects with that value."""
         self._deleted: dict[str, int] = {}
         """Recently deleted keys and the revision of their deletion (bounded)."""
         self.synced = asyncio.Event()
@@ -112,6 +120,34 @@ class Informer:
     def get(self, key: str) -> JSON | None:
         return self.store.get(key)
 
+    def indexed(self, index: str, value: str) -> list[JSON]:
+        """The cached objects whose `index` value is `value`."""
+        return [self.store[key] for key in sorted(self._indexed[index].get(value, ()))]
+
+    def _put(self, key: str, obj: JSON) -> None:
+        self._unindex(key)
+        self.store[key] = obj
+        for name, indexer in self._indexers.items():
+            value = indexer(obj)
+            if value is not None:
+                self._indexed[name].setdefault(value, set()).add(key)
+
+    def _drop(self, key: str) -> None:
+        self._unindex(key)
+        self.store.pop(key, None)
+
+    def _unindex(self, key: str) -> None:
+        cached = self.store.get(key)
+        if cached is None:
+            return
+        for name, indexer in self._indexers.items():
+            value = indexer(cached)
+            keys = self._indexed[name].get(value) if value is not None else None
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._indexed[name][value]  # type: ignore[arg-type]
+
     def remember(self, obj: JSON) -> None:
         """Put an object this process just wrote into the cache, unless the cache is newer.
 
@@ -124,7 +160,7 @@ class Informer:
             return  # the answer to a write that the watch already reported deleted
         cached = self.store.get(key)
         if cached is None or _newer(obj, cached):
-            self.store[key] = self._kept(obj)
+            self._put(key, self._kept(obj))
 
     def _kept(self, obj: JSON) -> JSON:
         obj = _trimmed(obj)
@@ -132,7 +168,7 @@ class Informer:
 
     def forget(self, key: str) -> None:
         """Drop an object this process just deleted from the cache."""
-        self.store.pop(key, None)
+        self._drop(key)
 
     def _emit(self, event_type: str, obj: JSON) -> None:
         for handler in self._handlers:
@@ -187,7 +223,10 @@ class Informer:
                 self._resource_version = page["metadata"]["resourceVersion"]
                 break
         old = self.store
-        self.store = items
+        self.store = {}
+        self._indexed = {name: {} for name in self._indexers}
+        for key, obj in items.items():
+            self._put(key, obj)
         for key, obj in old.items():
             if key not in items:
                 self._emit(DELETED, obj)
@@ -255,7 +294,7 @@ class Informer:
         obj = self._kept(obj)
         key = object_key(obj)
         if event_type == DELETED:
-            self.store.pop(key, None)
+            self._drop(key)
             self._deleted[key] = _revision(obj)
             if len(self._deleted) > _DELETED_KEPT:
                 del self._deleted[next(iter(self._deleted))]
@@ -264,7 +303,7 @@ class Informer:
             cached = self.store.get(key)
             if cached is not None and _same_version(cached, obj):
                 return  # the echo of this process's own write, already `remember`ed
-            self.store[key] = obj
+            self._put(key, obj)
         self._emit(event_type, obj)
 
 

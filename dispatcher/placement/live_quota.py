@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from dispatcher.api.kueue import JOB_UID_LABEL
 from dispatcher.placement import resources
 from dispatcher.placement.quantity import parse_quantity
 
 Vector = dict[str, Fraction]
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
 
 @dataclass(frozen=True)

@@ -98,14 +98,12 @@ class AdmissionCheckController:
         self._on_job = on_job
         self.workloads = Informer(Resource(manager, k.WORKLOADS), settings=settings,
                                   name="manager/workloads", transform=workload_summary,
-                                  clock=clock)
+                                  clock=clock, indexes={k.WORKLOADS_BY_JOB: k.job_uid_of})
         self.checks = Informer(Resource(manager, k.ADMISSION_CHECKS), settings=settings,
                                name="manager/admissionchecks", clock=clock)
         self.workloads.add_handler(self._on_workload)
         self.checks.add_handler(self._on_check)
         self.queue = WorkQueue(name="admissionchecks", clock=clock)
-        self._by_job: dict[str, str] = {}
-        """Job UID -> the key of its Workload."""
 
     @property
     def informers(self) -> list[Informer]:
@@ -117,8 +115,8 @@ class AdmissionCheckController:
                 if (obj.get("spec") or {}).get("controllerName") == self.controller_name}
 
     def workload_of(self, job: JSON) -> JSON | None:
-        key = self._by_job.get(str(job["metadata"].get("uid", "")))
-        return self.workloads.get(key) if key else None
+        found = self.workloads.indexed(k.WORKLOADS_BY_JOB, str(job["metadata"].get("uid", "")))
+        return found[0] if found else None
 
     def gate(self, job: JSON) -> Gate:
         """What the job's Workload allows now (the jobs controller's question)."""
@@ -128,17 +126,11 @@ class AdmissionCheckController:
     # ----- events: map to keys and enqueue -----
 
     def _on_workload(self, event_type: str, workload: JSON) -> None:
-        key, owner = object_key(workload), owner_of(workload)
+        owner = owner_of(workload)
         if owner is not None:
-            job_key, job_uid = owner
-            if event_type == DELETED:
-                if self._by_job.get(job_uid) == key:
-                    del self._by_job[job_uid]
-            else:
-                self._by_job[job_uid] = key
-            self._on_job(job_key)
+            self._on_job(owner[0])
         if event_type != DELETED:
-            self.queue.add(WORKLOAD_KEY + key)
+            self.queue.add(WORKLOAD_KEY + object_key(workload))
 
     def _on_check(self, event_type: str, check: JSON) -> None:
         self.queue.add(CHECK_KEY + check["metadata"]["name"])
@@ -146,9 +138,9 @@ class AdmissionCheckController:
     def job_changed(self, key: str) -> None:
         """The jobs controller just reconciled job `key`: our check of it may move."""
         job = self._trainjobs.get(key)
-        workload = self._by_job.get(str(job["metadata"].get("uid", ""))) if job else None
+        workload = self.workload_of(job) if job is not None else None
         if workload is not None:
-            self.queue.add(WORKLOAD_KEY + workload)
+            self.queue.add(WORKLOAD_KEY + object_key(workload))
 
     def workers_changed(self) -> None:
         for name in self.ours():
