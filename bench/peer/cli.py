@@ -40,8 +40,10 @@ QUICK_SYSTEMS = ("dispatcher-fair", "multikueue-default", "dispatcher",
                  "multikueue-tuned-remote-qps")
 """`--quick` runs MultiKueue at its defaults and at its best here; the settings between
 (qps, tuned, tuned-incremental, qps-remote-qps) only in full runs or with --systems."""
-SCENARIO_SYSTEMS = ("dispatcher-fair", "dispatcher-fair-wait", "multikueue-tuned-remote-qps")
-"""The fair mode (also keeping a lost worker's jobs) and MultiKueue at its best tuning."""
+SCENARIO_SYSTEMS = ("dispatcher-fair", "dispatcher-fair-wait", "dispatcher-check",
+                    "multikueue-tuned-remote-qps")
+"""The fair mode (also keeping a lost worker's jobs), the symmetric mode (behind the same
+manager-side Kueue as MultiKueue) and MultiKueue at its best tuning."""
 ONLY_IN = {"dispatcher-fair-wait": "frozen"}
 """Systems that differ from another only in one scenario run only there."""
 

@@ -1,7 +1,9 @@
 """Fresh clusters for one system of the peer benchmark, set up as its users would.
 
 `System` says what runs: the dispatcher (its workers with or without Kueue: the fair
-mode sends its mirrors through each worker's Kueue via `localQueue`) or MultiKueue (Kueue
+mode sends its mirrors through each worker's Kueue via `localQueue`; with
+`manager_kueue`, Kueue on the manager too, the dispatcher being the AdmissionCheck of its
+ClusterQueue where MultiKueue's would be: the symmetric setting) or MultiKueue (Kueue
 on the manager with a MultiKueue AdmissionCheck, Kueue on every worker) with given Kueue
 settings. `environment(system, workers=K)` starts a new local control plane (a manager
 and K workers, each with the garbage collector), installs the runtime and the `bench`
@@ -28,7 +30,13 @@ from bench.harness import SAMPLE_RUNTIME
 from devkit.factories import trainjob
 from devkit.localcluster import LocalControlPlane
 from devkit.localcluster.kueue import KueueSettings, MultiKueueSettings
-from devkit.localcluster.kueue_objects import setup_multikueue, setup_queues
+from devkit.localcluster.kueue_objects import (
+    ADMISSION_CHECKS,
+    API_VERSION,
+    FIELD_MANAGER,
+    setup_multikueue,
+    setup_queues,
+)
 from devkit.localcluster.trainer import NodePool, chain_crd_files, kwok_timed
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINJOBS
 from dispatcher.kube.client import ClientSettings, ClusterClient
@@ -38,6 +46,8 @@ from dispatcher.placement.quantity import parse_quantity
 NAMESPACE = "bench"
 QUEUE = "bench"
 CHECK = "bench-multikueue"
+"""The manager's AdmissionCheck: MultiKueue's, or (same name) the dispatcher's."""
+CHECK_CONTROLLER = "dispatcher.trainjob.io/multicluster"
 QUOTA = {"cpu": "1000000", "memory": "100000Ti"}
 """Room for every job: the benchmark measures placement, not queueing for quota."""
 HARNESS_CLIENT = ClientSettings(qps=5000, burst=5000, timeout_seconds=30, pool_size=32)
@@ -85,7 +95,7 @@ class System:
         described: dict[str, Any] = {"kind": self.kind, "worker_kueue": kueue(self.worker_kueue)}
         if self.kind == "dispatcher":
             described["dispatcher"] = self.dispatcher or "defaults (client QPS raised)"
-        if self.kind == "multikueue":
+        if self.manager_kueue is not None:
             described["manager_kueue"] = kueue(self.manager_kueue)
             described["multikueue_dispatcher"] = self.multikueue.dispatcher_name
             described["multikueue_remote_client"] = (
@@ -127,6 +137,8 @@ async def _start_kueue(env: Environment) -> None:
     starts = []
     if system.worker_kueue is not None:
         starts += [env.plane.clusters[w].start_kueue(system.worker_kueue) for w in env.workers]
+    if system.kind == "dispatcher" and system.manager_kueue is not None:
+        starts.append(env.plane.clusters["manager"].start_kueue(system.manager_kueue))
     if system.kind == "multikueue":
         manager = system.manager_kueue or KUEUE_DEFAULTS
         multikueue = system.multikueue
@@ -144,6 +156,13 @@ async def _setup_queues(env: Environment) -> None:
         for worker in env.workers:
             await setup_queues(env.clients[worker], cluster_queue_name=QUEUE,
                                local_queue_name=QUEUE, namespaces=[NAMESPACE], quota=env.quota)
+    if env.system.kind == "dispatcher" and env.system.manager_kueue is not None:
+        await Resource(env.clients["manager"], ADMISSION_CHECKS).apply({
+            "apiVersion": API_VERSION, "kind": "AdmissionCheck", "metadata": {"name": CHECK},
+            "spec": {"controllerName": CHECK_CONTROLLER}}, field_manager=FIELD_MANAGER)
+        await setup_queues(env.clients["manager"], cluster_queue_name=QUEUE,
+                           local_queue_name=QUEUE, namespaces=[NAMESPACE],
+                           quota=env.manager_quota, admission_check=CHECK)
     if env.system.kind == "multikueue":
         await setup_multikueue(
             env.clients["manager"], config_name=CHECK, check_name=CHECK,

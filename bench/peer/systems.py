@@ -2,7 +2,8 @@
 
 The dispatcher runs as its own process (`dispatcher run`, its defaults with client QPS
 raised, as in bench/harness.py), claiming the `bench` namespace; in the fair mode each
-worker entry names the worker's LocalQueue and ClusterQueue. MultiKueue needs no process
+worker entry names the worker's LocalQueue and ClusterQueue; in the symmetric mode it is
+also the AdmissionCheck of the manager's Kueue. MultiKueue needs no process
 of its own beyond the Kueue managers that `bench/peer/env.py` starts.
 """
 
@@ -22,6 +23,7 @@ import yaml
 
 from bench.harness import DISPATCHER_CLIENT, RESULTS, wait_ready
 from bench.peer.env import (
+    CHECK_CONTROLLER,
     KUEUE_DEFAULTS,
     KUEUE_QPS,
     KUEUE_SHIPPED,
@@ -45,6 +47,10 @@ SYSTEMS = {
     "dispatcher-fair-wait": System(name="dispatcher-fair-wait", kind="dispatcher",
                                    worker_kueue=KUEUE_TUNED,
                                    dispatcher={"workers": {"whenLost": "Wait"}}),
+    "dispatcher-check": System(name="dispatcher-check", kind="dispatcher",
+                               worker_kueue=KUEUE_TUNED, manager_kueue=KUEUE_TUNED,
+                               dispatcher={"admissionCheck": {
+                                   "controllerName": CHECK_CONTROLLER}}),
     "multikueue-default": System(name="multikueue-default", kind="multikueue",
                                  worker_kueue=KUEUE_DEFAULTS, manager_kueue=KUEUE_DEFAULTS),
     "dispatcher": System(name="dispatcher", kind="dispatcher"),
@@ -67,7 +73,9 @@ SYSTEMS = {
         multikueue=MultiKueueSettings(remote_qps=REMOTE_QPS, remote_burst=REMOTE_BURST)),
 }
 """In run order: the systems alternate, each on fresh clusters. The fair mode's workers
-run Kueue with the same settings as the tuned MultiKueue's workers; `-wait` keeps a
+run Kueue with the same settings as the tuned MultiKueue's workers; `dispatcher-check`
+is the symmetric setting: the same manager-side Kueue (settings, ClusterQueue, quota) as
+MultiKueue's, with the dispatcher as its AdmissionCheck instead; `-wait` keeps a
 lost worker's jobs there (`workers.whenLost: Wait`; only the frozen scenario differs).
 `multikueue-shipped` runs the configuration Kueue's manifests install (clientConnection
 50/100, 5 Workload reconcilers); `multikueue-qps` raises only clientConnection (the

@@ -125,12 +125,14 @@ async def dispatchers(admission_plane: Plane, ns: str) -> AsyncIterator[Dispatch
 
 
 async def start(plane: Plane, runner: DispatcherRunner, **overrides: Any) -> Dispatcher:
+    """A dispatcher serving our checks, with the worker (unless `workers` says others)."""
     kubeconfig = str(plane.plane.clusters[WORKER].kubeconfig_path)
-    return await runner(
-        manager_kubeconfig=plane.plane.clusters[MANAGER].kubeconfig(),
-        admissionCheck={"controllerName": CONTROLLER},
-        workers={"static": [{"name": WORKER, "kubeconfig": kubeconfig,
-                             "quota": WORKER_QUOTA}]}, **overrides)
+    settings: dict[str, Any] = {
+        "admissionCheck": {"controllerName": CONTROLLER},
+        "workers": {"static": [{"name": WORKER, "kubeconfig": kubeconfig,
+                                "quota": WORKER_QUOTA}]}}
+    return await runner(manager_kubeconfig=plane.plane.clusters[MANAGER].kubeconfig(),
+                        **{**settings, **overrides})
 
 
 async def submit(plane: Plane, ns: str, name: str, *, queue: str = LOCAL_QUEUE,

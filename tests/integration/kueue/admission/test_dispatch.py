@@ -8,11 +8,14 @@ with the reason; a check left Pending while no dispatcher ran is taken up once.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 
+from devkit.localcluster.access import free_port
 from devkit.localcluster.kueue_objects import (
     ADMISSION_CHECKS,
     API_VERSION,
@@ -31,6 +34,7 @@ from tests.integration.kueue.admission.conftest import (
     MANAGER,
     QUEUE_QUOTA,
     WORKER,
+    WORKER_QUOTA,
     Plane,
     our_check,
     queues,
@@ -170,3 +174,34 @@ async def test_a_check_naming_a_parameters_object_is_inactive_and_says_why(
         return shown if shown.get("status") == "False" else None
     shown = await eventually(queue_inactive, timeout=30, interval=0.2)
     assert name in shown.get("message", ""), shown
+
+
+async def test_a_job_only_an_inactive_worker_could_hold_waits_saying_so(
+        admission_plane: Plane, ns: str, dispatchers: DispatcherRunner,
+        tmp_path: Path) -> None:
+    """Not Rejected: the worker that could hold it may come back. Our check stays Pending
+    with the reason, and the Workload keeps its place."""
+    kubeconfig = yaml.safe_load(admission_plane.plane.clusters[WORKER].kubeconfig_path
+                                .read_text())
+    for cluster in kubeconfig["clusters"]:
+        cluster["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
+    dead = tmp_path / "big.kubeconfig"
+    dead.write_text(yaml.safe_dump(kubeconfig))
+    await start(admission_plane, dispatchers, wait_for_workers=False, workers={"static": [
+        {"name": WORKER, "kubeconfig": str(admission_plane.plane.clusters[WORKER]
+                                           .kubeconfig_path), "quota": WORKER_QUOTA},
+        {"name": "big", "kubeconfig": str(dead), "quota": {"cpu": "200", "memory": "800Gi"}},
+    ]})
+    await wait_active(admission_plane.manager, ADMISSION_CHECKS, [ns])
+    await submit(admission_plane, ns, "waits", num_nodes=2,
+                 resources_per_node={"requests": {"cpu": "40", "memory": "8Gi"}})
+
+    async def told() -> dict[str, Any] | None:
+        check = our_check(await workload_of(admission_plane, ns), ns)
+        return check if "only workers that are not active" in check.get("message", "") \
+            else None
+    check = await eventually(told, timeout=60, interval=0.2)
+    assert check["state"] == "Pending" and "big" in check["message"], check
+    workload = await workload_of(admission_plane, ns)
+    assert workload is not None and workload["spec"].get("active") is not False
+    assert is_true(workload, "QuotaReserved")
