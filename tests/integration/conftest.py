@@ -25,6 +25,7 @@ from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINJOBS
 from dispatcher.app import Dispatcher
 from dispatcher.config import DispatcherConfig
 from dispatcher.kube.client import ClientSettings, ClusterClient
+from dispatcher.kube.informer import Informer
 from dispatcher.kube.resource import Resource, ResourceKind
 
 SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
@@ -274,3 +275,49 @@ async def trainjobs_refused(client: ClusterClient, namespace: str, operation: st
                     await jobs.delete(probe, namespace=namespace)
                 return await jobs.get(probe, namespace=namespace) is None
             await eventually(probe_deleted, timeout=10, interval=0.2)
+
+
+@contextlib.asynccontextmanager
+async def watching(client: ClusterClient, namespace: str,
+                   handler: Callable[[str, dict[str, Any]], None]) -> AsyncIterator[None]:
+    """`handler` gets every change of the namespace's TrainJobs on `client`'s cluster,
+    from a synced watch, for the length of the block."""
+    informer = Informer(Resource(client, TRAINJOBS), namespace=namespace)
+    informer.add_handler(handler)
+    task = asyncio.create_task(informer.run(), name=f"test/watch/{client.name}/{namespace}")
+    try:
+        await asyncio.wait_for(informer.synced.wait(), timeout=10)
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+PLANE_CLIENT = ClientSettings(qps=1000, burst=1000, timeout_seconds=10)
+"""The tests' admin clients of a plane of their own."""
+
+
+async def connect_all(plane: LocalControlPlane, settings: ClientSettings = PLANE_CLIENT
+                      ) -> dict[str, ClusterClient]:
+    """An admin client per cluster of `plane`."""
+    return {name: await ClusterClient.from_kubeconfig(
+        name=name, kubeconfig=cluster.kubeconfig(), settings=settings)
+        for name, cluster in plane.clusters.items()}
+
+
+async def install_timed_runtime(clients: dict[str, ClusterClient], run_seconds: float) -> None:
+    """The sample torch runtime on every cluster, its pods running `run_seconds` under kwok."""
+    runtime = kwok_timed(yaml.safe_load(
+        (SAMPLES / "clustertrainingruntime-torch.yaml").read_text()), run_seconds=run_seconds)
+    for client in clients.values():
+        await Resource(client, CLUSTER_TRAINING_RUNTIMES).apply(runtime, field_manager="tests")
+
+
+async def shut_down(plane: LocalControlPlane, clients: dict[str, ClusterClient]) -> None:
+    """Close the clients, stop every cluster's Trainer chain, then the plane."""
+    for client in clients.values():
+        await client.close()
+    for cluster in plane.clusters.values():
+        await cluster.stop_trainer()
+    plane.stop()

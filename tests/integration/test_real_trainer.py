@@ -35,10 +35,16 @@ from dispatcher.admin import register_worker
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.api.workercluster import WORKER_CLUSTERS
-from dispatcher.kube.client import ClientSettings, ClusterClient
+from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource, ResourceKind
 from tests.conftest import KUEUE_SERVED
-from tests.integration.conftest import SAMPLES, DispatcherRunner, eventually
+from tests.integration.conftest import (
+    SAMPLES,
+    DispatcherRunner,
+    connect_all,
+    eventually,
+    shut_down,
+)
 
 pytestmark = pytest.mark.integration
 CLUSTERS = ("manager", "worker-a", "worker-b")
@@ -103,20 +109,15 @@ async def chain() -> AsyncIterator[Chain]:
             kueue=True, kueue_served=KUEUE_SERVED))
         for name in CLUSTERS:
             await plane.clusters[name].start_trainer(NODES if name in WORKERS else None)
-            clients[name] = await ClusterClient.from_kubeconfig(
-                name=name, kubeconfig=plane.clusters[name].kubeconfig(),
-                settings=ClientSettings(qps=200, burst=200, timeout_seconds=10))
+        clients = await connect_all(plane)
+        for client in clients.values():
             for body in (runtime("torch-quick"), runtime("torch-failing", fails=True)):
-                await Resource(clients[name], CLUSTER_TRAINING_RUNTIMES).apply(
+                await Resource(client, CLUSTER_TRAINING_RUNTIMES).apply(
                     body, field_manager="tests")
         await plane.clusters[KUEUE_WORKER].start_kueue()
         yield Chain(plane, clients)
     finally:
-        for client in clients.values():
-            await client.close()
-        for cluster in plane.clusters.values():
-            await cluster.stop_trainer()
-        plane.stop()
+        await shut_down(plane, clients)
 
 
 @pytest_asyncio.fixture

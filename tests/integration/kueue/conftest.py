@@ -23,17 +23,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest_asyncio
-import yaml
 
 from devkit.localcluster import LocalControlPlane
 from devkit.localcluster.kueue import KueueSettings, MultiKueueSettings
-from devkit.localcluster.trainer import chain_crd_files, kwok_timed
-from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES
+from devkit.localcluster.trainer import chain_crd_files
 from dispatcher.app import Dispatcher
-from dispatcher.kube.client import ClientSettings, ClusterClient
+from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource
 from tests.conftest import KUEUE_SERVED, WORKER_NODES
-from tests.integration.conftest import SAMPLES, DispatcherRunner
+from tests.integration.conftest import (
+    DispatcherRunner,
+    connect_all,
+    install_timed_runtime,
+    shut_down,
+)
 
 MANAGER = "manager"
 DISPATCHER_MANAGER = "hub"
@@ -68,22 +71,11 @@ async def kueue_clusters() -> AsyncIterator[KueueClusters]:
     clients: dict[str, ClusterClient] = {}
     try:
         await _start_plane(plane)
-        for name, cluster in plane.clusters.items():
-            clients[name] = await ClusterClient.from_kubeconfig(
-                name=name, kubeconfig=cluster.kubeconfig(),
-                settings=ClientSettings(qps=1000, burst=1000, timeout_seconds=10))
-        runtime = kwok_timed(yaml.safe_load(
-            (SAMPLES / "clustertrainingruntime-torch.yaml").read_text()), run_seconds=RUN_SECONDS)
-        for client in clients.values():
-            await Resource(client, CLUSTER_TRAINING_RUNTIMES).apply(runtime,
-                                                                    field_manager="tests")
+        clients = await connect_all(plane)
+        await install_timed_runtime(clients, RUN_SECONDS)
         yield KueueClusters(plane=plane, clients=clients)
     finally:
-        for client in clients.values():
-            await client.close()
-        for cluster in plane.clusters.values():
-            await cluster.stop_trainer()
-        plane.stop()
+        await shut_down(plane, clients)
 
 
 @pytest_asyncio.fixture

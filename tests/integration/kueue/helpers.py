@@ -8,7 +8,6 @@ each job ran at once.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -20,9 +19,9 @@ from devkit.localcluster.trainer import kwok_patch
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kinds.trainjob import TrainJobKind
-from dispatcher.kube.informer import DELETED, Informer
+from dispatcher.kube.informer import DELETED
 from dispatcher.kube.resource import Resource
-from tests.integration.conftest import DEFAULT_QUOTA
+from tests.integration.conftest import DEFAULT_QUOTA, watching
 from tests.integration.kueue.conftest import (
     DISPATCHER_MANAGER,
     HubDispatchers,
@@ -136,17 +135,9 @@ class RunningCopies:
 async def watch_running(clusters: KueueClusters, workers: tuple[str, ...], namespace: str
                         ) -> AsyncIterator[RunningCopies]:
     record = RunningCopies()
-    tasks = []
-    for name in workers:
-        informer = Informer(Resource(clusters.clients[name], TRAINJOBS), namespace=namespace)
-        informer.add_handler(lambda kind, job, name=name: record.seen(name, kind, job))
-        tasks.append((informer, asyncio.create_task(informer.run(), name=f"test/run/{name}")))
-    try:
-        for informer, _ in tasks:
-            await asyncio.wait_for(informer.synced.wait(), timeout=10)
+    async with contextlib.AsyncExitStack() as stack:
+        for name in workers:
+            await stack.enter_async_context(watching(
+                clusters.clients[name], namespace,
+                lambda kind, job, name=name: record.seen(name, kind, job)))
         yield record
-    finally:
-        for _, task in tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task

@@ -8,7 +8,6 @@ Workloads and ClusterQueues as Kueue keeps them.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from fractions import Fraction
@@ -19,9 +18,8 @@ import pytest
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import TRAINJOBS
 from dispatcher.app import Dispatcher
-from dispatcher.kube.informer import Informer
 from dispatcher.kube.resource import Resource
-from tests.integration.conftest import a_pass_after, eventually
+from tests.integration.conftest import a_pass_after, eventually, watching
 from tests.integration.kueue.conftest import KueueClusters, conditions, is_true
 from tests.integration.kueue.helpers import (
     LOCAL_QUEUE,
@@ -48,17 +46,9 @@ async def suspend_history(clusters: KueueClusters, worker_name: str, namespace: 
                           ) -> AsyncIterator[list[tuple[str, bool]]]:
     """Every (event, spec.suspend) the worker's watch shows for its TrainJobs."""
     seen: list[tuple[str, bool]] = []
-    informer = Informer(Resource(clusters.clients[worker_name], TRAINJOBS), namespace=namespace)
-    informer.add_handler(
-        lambda kind, job: seen.append((kind, bool((job.get("spec") or {}).get("suspend")))))
-    task = asyncio.create_task(informer.run(), name="test/suspend-history")
-    try:
-        await asyncio.wait_for(informer.synced.wait(), timeout=10)
+    async with watching(clusters.clients[worker_name], namespace, lambda kind, job: seen.append(
+            (kind, bool((job.get("spec") or {}).get("suspend"))))):
         yield seen
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def test_mirror_waits_suspended_for_admission_then_completes(

@@ -12,7 +12,6 @@ ClusterQueues waiting for that check.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
@@ -20,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest_asyncio
-import yaml
 
 from devkit.factories import trainjob
 from devkit.localcluster import LocalControlPlane
@@ -31,15 +29,21 @@ from devkit.localcluster.kueue_objects import (
     WORKLOADS,
     setup_queues,
 )
-from devkit.localcluster.trainer import chain_crd_files, kwok_timed
+from devkit.localcluster.trainer import chain_crd_files
 from dispatcher.api import constants as c
-from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
+from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.app import Dispatcher
-from dispatcher.kube.client import ClientSettings, ClusterClient
-from dispatcher.kube.informer import DELETED, Informer
+from dispatcher.kube.client import ClusterClient
+from dispatcher.kube.informer import DELETED
 from dispatcher.kube.resource import NAMESPACES, Resource
 from tests.conftest import KUEUE_SERVED, WORKER_NODES
-from tests.integration.conftest import SAMPLES, DispatcherRunner
+from tests.integration.conftest import (
+    DispatcherRunner,
+    connect_all,
+    install_timed_runtime,
+    shut_down,
+    watching,
+)
 
 MANAGER, WORKER = "manager", "worker-a"
 CONTROLLER = "dispatcher.trainjob.io/multicluster"
@@ -73,22 +77,11 @@ async def admission_plane() -> AsyncIterator[Plane]:
                           crd_files=chain_crd_files(kueue=True, kueue_served=KUEUE_SERVED))
         await plane.clusters[WORKER].start_trainer(WORKER_NODES)
         await plane.clusters[MANAGER].start_kueue()
-        for name, cluster in plane.clusters.items():
-            clients[name] = await ClusterClient.from_kubeconfig(
-                name=name, kubeconfig=cluster.kubeconfig(),
-                settings=ClientSettings(qps=1000, burst=1000, timeout_seconds=10))
-        runtime = kwok_timed(yaml.safe_load(
-            (SAMPLES / "clustertrainingruntime-torch.yaml").read_text()), run_seconds=RUN_SECONDS)
-        for client in clients.values():
-            await Resource(client, CLUSTER_TRAINING_RUNTIMES).apply(runtime,
-                                                                    field_manager="tests")
+        clients = await connect_all(plane)
+        await install_timed_runtime(clients, RUN_SECONDS)
         yield Plane(plane=plane, clients=clients)
     finally:
-        for client in clients.values():
-            await client.close()
-        for cluster in plane.clusters.values():
-            await cluster.stop_trainer()
-        plane.stop()
+        await shut_down(plane, clients)
 
 
 @pytest_asyncio.fixture
@@ -186,13 +179,5 @@ class LiveMirrors:
 async def watch_mirrors(plane: Plane, ns: str) -> AsyncIterator[LiveMirrors]:
     """Every change of the namespace's mirrors on the worker, over the block."""
     record = LiveMirrors()
-    informer = Informer(Resource(plane.worker, TRAINJOBS), namespace=ns)
-    informer.add_handler(record.seen)
-    task = asyncio.create_task(informer.run(), name=f"test/mirrors/{ns}")
-    try:
-        await asyncio.wait_for(informer.synced.wait(), timeout=10)
+    async with watching(plane.worker, ns, record.seen):
         yield record
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

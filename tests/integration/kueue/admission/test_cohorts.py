@@ -106,6 +106,7 @@ async def test_borrowed_quota_is_reclaimed_and_the_dispatcher_follows(
             shown = await dispatched(admission_plane, ns, name)
             assert shown.get("status") == "False", shown
             job = await Resource(admission_plane.manager, TRAINJOBS).get(name, namespace=ns)
+            assert job is not None
             assert not any((js.get("active") or 0) for js in
                            (job.get("status") or {}).get("jobsStatus") or []), job["status"]
 
