@@ -32,9 +32,10 @@ Pending)."""
 CHECK_REJECTED = "Rejected"
 """Kueue deactivates the Workload: it is not queued again until someone reactivates it."""
 
-# A Workload's condition types.
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 """Kueue's label on a Workload: the UID of the job it was made for."""
+
+# A Workload's condition types.
 WORKLOAD_QUOTA_RESERVED = "QuotaReserved"
 WORKLOAD_ADMITTED = "Admitted"
 WORKLOAD_EVICTED = "Evicted"

@@ -115,8 +115,13 @@ class AdmissionCheckController:
                 if (obj.get("spec") or {}).get("controllerName") == self.controller_name}
 
     def workload_of(self, job: JSON) -> JSON | None:
-        found = self.workloads.indexed(k.WORKLOADS_BY_JOB, str(job["metadata"].get("uid", "")))
-        return found[0] if found else None
+        """The job's Workload: owned by the job's UID, in its namespace and by its name (an
+        owner reference alone is whatever its writer put there)."""
+        uid = str(job["metadata"].get("uid", ""))
+        for workload in self.workloads.indexed(k.WORKLOADS_BY_JOB, uid):
+            if owner_of(workload) == (object_key(job), uid):
+                return workload
+        return None
 
     def gate(self, job: JSON) -> Gate:
         """What the job's Workload allows now (the jobs controller's question)."""
