@@ -143,10 +143,10 @@ class Informer:
         for name, indexer in self._indexers.items():
             value = indexer(cached)
             keys = self._indexed[name].get(value) if value is not None else None
-            if keys is not None:
+            if value is not None and keys is not None:
                 keys.discard(key)
                 if not keys:
-                    del self._indexed[name][value]  # type: ignore[arg-type]
+                    del self._indexed[name][value]
 
     def remember(self, obj: JSON) -> None:
         """Put an object this process just wrote into the cache, unless the cache is newer.
