@@ -273,7 +273,10 @@ async def test_suspend_removes_the_mirror_and_resume_places_again(
         job = await manager.get("pausable", namespace=namespace)
         gone = await mirrors_of(admin_clients, "pausable", namespace) == {}
         annotations = (job or {})["metadata"].get("annotations") or {}
-        return job if gone and c.ANNOTATION_CLUSTER not in annotations else None
+        told = (condition_of(job, c.CONDITION_DISPATCHED) or {}).get("reason")
+        # The view is written before the status: wait for both.
+        return (job if gone and c.ANNOTATION_CLUSTER not in annotations
+                and told == c.REASON_SUSPENDED else None)
     job = await eventually(unplaced)
     assert not job["metadata"].get("finalizers")
     assert condition_of(job, c.CONDITION_DISPATCHED)["reason"] == c.REASON_SUSPENDED  # type: ignore[index]

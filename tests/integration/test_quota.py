@@ -179,7 +179,7 @@ async def test_priority_order_and_strict_versus_best_effort(
 ) -> None:
     classes = Resource(admin_clients["manager"], WORKLOAD_PRIORITY_CLASSES)
     high = f"high-{namespace}"
-    await classes.create({"apiVersion": "kueue.x-k8s.io/v1beta1",
+    await classes.create({"apiVersion": WORKLOAD_PRIORITY_CLASSES.api_version,
                           "kind": "WorkloadPriorityClass", "metadata": {"name": high},
                           "value": 1000})
     await start_dispatcher(workers={"static": static(worker_kubeconfigs, worker_a=4)})
