@@ -1,6 +1,7 @@
 """The documentation stays true: the generated reference pages match the code, the
-environment variables they name really set their keys, and every relative link of the
-README and `docs/` leads to a file and heading that exist."""
+environment variables they name really set their keys, every relative link of the
+README and `docs/` leads to a file and heading that exist, and `docs/concepts.md` explains
+every condition and event reason of `dispatcher.api.constants`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from pydantic import BaseModel
 
 from devkit import reference_docs
+from dispatcher.api import constants
 from dispatcher.config import DispatcherConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,3 +114,12 @@ def test_every_relative_link_resolves(page: Path) -> None:
         elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked.read_text()):
             broken.append(f"{target}: no heading #{anchor}")
     assert not broken, f"{page.relative_to(REPO)}: " + "; ".join(broken)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in vars(constants) if n.startswith("REASON_")))
+def test_concepts_explains_every_reason(name: str) -> None:
+    """Every reason the dispatcher writes has its line in `docs/concepts.md`'s tables."""
+    value = getattr(constants, name)
+    text = (REPO / "docs" / "concepts.md").read_text()
+    section = text.split("\n## What each reason means\n", 1)[1]
+    assert f"`{value}`" in section, f"docs/concepts.md does not explain {name} = {value!r}"
