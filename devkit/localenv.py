@@ -18,10 +18,12 @@ describing the running environment, one kubeconfig per cluster, and the clusters
 which is wiped at the next start. A second `dispatcher up` finds the lock held and says
 which process holds it.
 
-With `--kueue` each worker also runs a real Kueue (built with the control plane) with a
-ClusterQueue `dispatcher` holding the worker's quota and a LocalQueue `default` in the
-`default` namespace; the WorkerClusters name both, so mirrors wait for that Kueue's
-admission, and jobs submitted straight to a worker's LocalQueue compete with them.
+With `--kueue` each worker also runs a real Kueue (built on first use by
+`controlplane/build.sh kueue`, about 3.5 minutes on 2 cores; `make up-kueue` builds it
+first) with a ClusterQueue `dispatcher` holding the worker's quota and a LocalQueue
+`default` in the `default` namespace; the WorkerClusters name both, so mirrors wait for
+that Kueue's admission, and jobs submitted straight to a worker's LocalQueue compete
+with them.
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ worker's Trainer wrote. Every test gets namespaces of its own, so tests share th
 clusters without seeing each other's objects; a test's namespaces are deleted after it,
 which frees the nodes of its pods. The control plane is started once, on first use, and
 stopped at the end of the session; its processes also die with the test process.
+
+What the session needs and lacks is built on first use (the control plane, the Trainer
+chain, Kueue); the build script's lines ("building kueue ... (first use of Kueue: about
+3.5 minutes on 2 cores)", then how long it took) go to the terminal, not to pytest's
+capture (`pytest_configure` below).
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
-from devkit.localcluster import LocalCluster, LocalControlPlane
+from devkit.localcluster import LocalCluster, LocalControlPlane, binaries
 from devkit.localcluster.trainer import NodePool, chain_crd_files
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource, ResourceKind
@@ -34,6 +40,21 @@ KUEUE_SERVED = "v1beta2"
 """Every test cluster serves Kueue's API at v1beta2 alone, as Kueue 0.20 and later do:
 nothing the dispatcher reads from Kueue may need v1beta1."""
 _ANSWERS_IN_A_ROW = 5
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Builds run with pytest's capture suspended, so a first use that builds for minutes
+    says what it builds and how long that usually takes, on the terminal, as it starts."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is None:
+        return
+    build = binaries._build
+
+    def build_on_the_terminal(*args: str) -> Path:
+        with capture.global_and_fixture_disabled():
+            return build(*args)
+
+    binaries._build = build_on_the_terminal
 
 
 @pytest_asyncio.fixture(scope="session")
