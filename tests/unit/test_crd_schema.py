@@ -1,8 +1,11 @@
-"""The committed Trainer CRDs are exactly what the generator makes from the models."""
+"""The committed Trainer CRDs are exactly what the generator makes from the models, and
+`deploy/crd/` carries the same copy of each of the dispatcher's own CRDs as `config/crd/`."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from devkit.crd_schema import render, trainer_crds, trainjob_schema
 
@@ -30,7 +33,15 @@ def test_trainjob_schema_keeps_the_rules_the_dispatcher_relies_on() -> None:
     assert quantity["x-kubernetes-int-or-string"] is True
 
 
-def test_deploy_carries_the_same_workercluster_crd() -> None:
-    name = "dispatcher.trainjob.io_workerclusters.yaml"
+@pytest.mark.parametrize("name", ["dispatcher.trainjob.io_workerclusters.yaml",
+                                  "dispatcher.trainjob.io_placements.yaml"])
+def test_deploy_carries_the_same_dispatcher_crd(name: str) -> None:
     deployed = CRD_DIR.parents[1] / "deploy" / "crd" / name
-    assert deployed.read_text() == (CRD_DIR / name).read_text()
+    assert deployed.read_text() == (CRD_DIR / name).read_text(), (
+        f"deploy/crd/{name} differs from config/crd/{name}")
+
+
+def test_deploy_has_every_dispatcher_crd() -> None:
+    dispatcher_crds = sorted(p.name for p in CRD_DIR.glob("dispatcher.trainjob.io_*.yaml"))
+    deployed = sorted(p.name for p in (CRD_DIR.parents[1] / "deploy" / "crd").glob("*.yaml"))
+    assert deployed == dispatcher_crds
