@@ -400,12 +400,18 @@ def _summary(package: str) -> str:
     return doc.split("\n\n")[0]
 
 
+def package_name(package: str) -> str:
+    """How the pages write a package: `api/` for `dispatcher.api`, `clock.py` for
+    `dispatcher.clock`."""
+    base = package.removeprefix("dispatcher.")
+    return f"{base}/" if (REPO / Path(*package.split("."))).is_dir() else f"{base}.py"
+
+
 def packages_page() -> str:
     imports = package_imports()
 
     def shown(package: str) -> str:
-        base = package.removeprefix("dispatcher.")
-        return f"`{base}/`" if (REPO / Path(*package.split("."))).is_dir() else f"`{base}.py`"
+        return f"`{package_name(package)}`"
 
     ordered = sorted(imports, key=lambda p: (len(imports[p]), p))
     lines = [

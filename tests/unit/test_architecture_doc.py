@@ -48,13 +48,9 @@ def drawn_arrows(block: list[str]) -> dict[str, set[str]]:
     return arrows
 
 
-def _shown(package: str) -> str:
-    base = package.removeprefix("dispatcher.")
-    return f"{base}/" if (REPO / Path(*package.split("."))).is_dir() else f"{base}.py"
-
-
 def real_arrows() -> dict[str, set[str]]:
-    return {_shown(package): {_shown(target) for target in targets}
+    name = reference_docs.package_name
+    return {name(package): {name(target) for target in targets}
             for package, targets in reference_docs.package_imports().items()}
 
 
