@@ -85,7 +85,7 @@ soak: setup controlplane
 .PHONY: bench-chain-cost bench-peer-real-chain
 
 # What the real Trainer chain costs a cluster (RSS, CPU at idle and per job): a manager
-# and one worker, 50 jobs; bench/results/chain-cost.{json,md}. About three minutes.
+# and one worker, 50 jobs; bench/results/chain-cost.{json,md}. About two minutes.
 bench-chain-cost: setup controlplane trainer-chain
 	$(PY) -m bench chain-cost
 

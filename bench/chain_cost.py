@@ -1,6 +1,6 @@
 """`python -m bench chain-cost`: what the real Trainer chain costs a cluster, measured.
 
-    python -m bench chain-cost                   # 50 jobs: about three minutes
+    python -m bench chain-cost                   # 50 jobs: about two minutes
     python -m bench chain-cost --jobs 20 --idle-seconds 20
 
 Starts a manager and one worker (etcd, an API server and the controller manager each),
