@@ -82,3 +82,18 @@ bench-quick: setup controlplane
 
 soak: setup controlplane
 	$(PY) -m bench soak --minutes 20 --rate 1
+
+.PHONY: bench-chain-cost bench-peer-real-chain
+
+# What the real Trainer chain costs a cluster (RSS, CPU at idle and per job): a manager
+# and one worker, 50 jobs; bench/results/chain-cost.{json,md}. About two minutes.
+bench-chain-cost: setup controlplane trainer-chain
+	$(PY) -m bench chain-cost
+
+# The peer benchmark's `complete` scenario with both systems on the real chain: 2
+# workers, 16 CPU each (96 one-CPU jobs, three times what they hold at once).
+bench-peer-real-chain: setup controlplane kueue trainer-chain
+	$(VENV)/bin/pip install --quiet -e '.[bench]'
+	$(PY) -m bench peer --workers 2 --scenarios complete --real-chain \
+	  --quota-cpu-per-worker 16 \
+	  --scenario-systems dispatcher-fair,multikueue-default,multikueue-tuned-remote-qps

@@ -114,6 +114,8 @@ async def _run(console: Console, clusters: dict[str, Any], clients: dict[str, Cl
         seen: dict[tuple[str, str], tuple[str, str]] = {}
         code = await _watch(console, jobs, metrics_url,
                             lambda: _pods(clients, seen))
+        if not console.is_terminal:  # off a terminal, Live leaves its last line open
+            console.line()
         console.print("where the pods ran (each worker's kube-scheduler chose the kwok "
                       "nodes; the pods go with their finished mirrors):")
         for (worker, pod), (node_name, phase) in sorted(seen.items()):

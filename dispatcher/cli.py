@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json-logs", action="store_true", help="log one JSON object a line")
     demo = commands.add_parser("demo", help="run on a local manager and two local workers")
     demo.add_argument("--jobs-seconds", type=float, default=6.0,
-                      help="how long each simulated training runs")
+                      help="how long kwok runs each pod of the sample jobs")
     demo.add_argument("--port", type=int, default=9464, help="metrics port (0 picks one)")
     demo.add_argument("--stay", action="store_true",
                       help="stay up until Ctrl-C instead (same as `dispatcher up`)")
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=9464,
                     help="port of the status page and /metrics (0 picks one)")
     up.add_argument("--jobs-seconds", type=float, default=30.0,
-                    help="how long each simulated training runs")
+                    help="how long kwok runs each pod of the sample jobs")
     up.add_argument("--kueue", action="store_true",
                     help="run a real Kueue on each worker (mirrors wait for its admission)")
     _admin_parsers(commands)

@@ -35,8 +35,14 @@ from dispatcher.admin import register_worker
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.api.workercluster import WORKER_CLUSTERS
+from dispatcher.app import Dispatcher
+from dispatcher.claim import Claim
+from dispatcher.config import ClaimConfig
+from dispatcher.controllers.jobs.controller import JobsController
+from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import NAMESPACES, Resource, ResourceKind
+from dispatcher.observability.jobstate import STATE_PLACED, job_state
 from tests.conftest import KUEUE_SERVED
 from tests.integration.conftest import (
     SAMPLES,
@@ -137,11 +143,12 @@ async def dispatchers(chain: Chain, chain_namespace: str) -> AsyncIterator[Dispa
 
 
 async def start(dispatchers: DispatcherRunner, chain: Chain, *,
-                keep_finished: bool = False) -> None:
-    await dispatchers(mirror={"origin": dispatchers.namespace, "keepFinished": keep_finished},
-                      workers={"static": [
-        {"name": w, "kubeconfig": str(chain.plane.clusters[w].kubeconfig_path),
-         "quota": NODES.total()} for w in WORKERS]})
+                keep_finished: bool = False) -> Dispatcher:
+    return await dispatchers(
+        mirror={"origin": dispatchers.namespace, "keepFinished": keep_finished},
+        workers={"static": [
+            {"name": w, "kubeconfig": str(chain.plane.clusters[w].kubeconfig_path),
+             "quota": NODES.total()} for w in WORKERS]})
 
 
 def condition(job: dict[str, Any] | None, type_: str) -> dict[str, Any]:
@@ -428,6 +435,66 @@ async def test_a_deadline_the_workers_trainer_enforces_fails_the_job_on_the_mana
         assert (failed["status"], failed["reason"]) == ("True", "DeadlineExceeded"), failed
         assert c.ANNOTATION_EVICTIONS not in (job["metadata"].get("annotations") or {})
         assert condition(job, c.CONDITION_DISPATCHED)["reason"] == c.REASON_FINISHED
+
+
+async def test_a_job_whose_pod_fits_no_node_is_placed_but_never_called_running(
+    chain: Chain, dispatchers: DispatcherRunner, chain_namespace: str,
+) -> None:
+    """5 CPU for one pod: within a worker's quota (8 CPU), more than any of its nodes holds
+    (4 CPU). The worker's scheduler leaves the pod Pending, its Job counts it active, and
+    the manager says the job waits for its pods there, not that it runs."""
+    namespace = chain_namespace
+    too_wide = sized(runtime(f"{namespace}-wide"), cpu="5")
+    async with chain.runtime(too_wide) as name:
+        dispatcher = await start(dispatchers, chain)
+        jobs = Resource(chain.clients["manager"], TRAINJOBS)
+        await jobs.create(trainjob("wide", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                                   runtime=name), namespace=namespace)
+
+        async def worker_of_job() -> str | None:
+            job = await jobs.get("wide", namespace=namespace) or {"metadata": {}}
+            return (job["metadata"].get("annotations") or {}).get(c.ANNOTATION_CLUSTER)
+        worker = await eventually(worker_of_job, timeout=30)
+
+        async def unschedulable() -> list[dict[str, Any]]:
+            pods = (await Resource(chain.clients[worker], PODS).list(
+                namespace=namespace))["items"]
+            return [p for p in pods if any(
+                x["type"] == "PodScheduled" and x.get("reason") == "Unschedulable"
+                for x in p["status"].get("conditions") or [])]
+        [pod] = await eventually(unschedulable, timeout=45)  # the scheduler has looked
+        assert pod["status"]["phase"] == "Pending" and not pod["spec"].get("nodeName")
+
+        async def seen_waiting() -> dict[str, Any] | None:
+            """The manager shows what the worker's Trainer wrote: one Job active (its
+            pod Pending counts), none ready."""
+            job = await jobs.get("wide", namespace=namespace)
+            statuses = ((job or {}).get("status") or {}).get("jobsStatus") or []
+            return job if [(s["active"], s["ready"]) for s in statuses] == [(1, 0)] else None
+        job = await eventually(seen_waiting, timeout=45)
+        dispatched = condition(job, c.CONDITION_DISPATCHED)
+        assert (dispatched["reason"], dispatched["message"]) == (
+            c.REASON_PLACED, f"on worker {worker}, waiting for its pods to run there")
+        state = job_state(job, claim=Claim(ClaimConfig()), kind=TrainJobKind())
+        assert (state.state, state.worker) == (STATE_PLACED, worker)
+        # What the gauges and the status page count, from the dispatcher's own cache once
+        # it holds that status: placed there, not running.
+        controller = dispatcher.jobs
+        assert controller is not None
+        await eventually(lambda: _cached_as(controller, f"{namespace}/wide", job), timeout=10)
+        assert controller.placed_and_running(worker) == (1, 0)
+        assert not condition(job, "Complete") and not condition(job, "Failed")
+        await jobs.delete("wide", namespace=namespace)
+        await eventually(lambda: _gone(chain.clients[worker], "wide", namespace), timeout=30)
+
+
+async def _cached_as(controller: JobsController, key: str, job: dict[str, Any]) -> bool:
+    cached = controller.trainjobs.get(key) or {}
+    return bool((cached.get("status") or {}).get("jobsStatus") == job["status"]["jobsStatus"])
+
+
+async def _gone(client: ClusterClient, name: str, namespace: str) -> bool:
+    return await Resource(client, TRAINJOBS).get(name, namespace=namespace) is None
 
 
 async def test_a_mirror_held_by_the_workers_kueue_waits_suspended_then_resumes_and_completes(

@@ -132,6 +132,9 @@ def test_it_prints_a_kubeconfig_per_cluster_and_the_urls(up: Up) -> None:
     assert [w["name"] for w in status["workers"]] == ["worker-a", "worker-b"]
     assert all(w["active"] == "True" for w in status["workers"])
     assert any(line.startswith("export PATH=") and "kubectl" in line for line in up.lines)
+    hint = (f"the real Trainer, JobSet and kwok nodes run the jobs: KUBECONFIG="
+            f"{up.kubeconfigs['worker-a']} kubectl get jobsets,pods -A -o wide")
+    assert hint in up.lines, up.lines
 
 
 def test_a_second_one_says_which_process_runs(up: Up) -> None:

@@ -12,24 +12,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from devkit.localcluster.trainer import kwok_patch
 from dispatcher.api import constants as c
 from tests.integration.test_up import Up, _alive, kubectl, running_up
 
 pytestmark = pytest.mark.integration
-LOCAL_JOB = """
+LOCAL_JOB = yaml.safe_load("""
 apiVersion: trainer.kubeflow.org/v1alpha1
 kind: TrainJob
 metadata:
   name: local-work
   namespace: default
   labels: {kueue.x-k8s.io/queue-name: default}
-  annotations: {simulated-trainer/run-seconds: "120"}
 spec:
   runtimeRef: {name: torch-distributed, apiGroup: trainer.kubeflow.org,
                kind: ClusterTrainingRuntime}
   trainer: {numNodes: 1, resourcesPerNode: {requests: {cpu: "3"}}}
-"""
+""")
+LOCAL_JOB["spec"]["runtimePatches"] = [kwok_patch()]
+"""Its pod runs on a kwok node until the test ends (`up` runs the others' for 1 s), so its
+Kueue holds the 3 CPUs for as long as the test looks."""
 
 
 def _until(check: Any, timeout: float = 60) -> Any:
@@ -65,7 +69,7 @@ def test_up_with_kueue_on_the_workers(tmp_path: Path) -> None:
         assert all(w["active"] == "True" for w in _status(up)["workers"])
         # Worker A's own users take 3 of its 8 CPUs through its Kueue.
         local = tmp_path / "local.yaml"
-        local.write_text(LOCAL_JOB)
+        local.write_text(yaml.safe_dump(LOCAL_JOB))
         kubectl(up, "apply", "-f", str(local), kubeconfig="worker-a")
 
         def others_on_a() -> bool:
@@ -82,6 +86,7 @@ def test_up_with_kueue_on_the_workers(tmp_path: Path) -> None:
             return job if done else None
         job = _until(complete)
         assert _dispatched(job)["message"].startswith("Complete on worker worker-")
+        assert others_on_a(), "the local job's pod still runs: its Kueue still holds 3 CPUs"
         described = kubectl(up, "describe", "trainjob", "mnist-small")
         assert "mirror created on worker worker-" in described
         children = up.children()
