@@ -338,3 +338,52 @@ async def records_frozen(manager: ClusterClient, namespace: str) -> AsyncIterato
                 await records.delete(PROBE, namespace=namespace)
             return await records.get(PROBE, namespace=namespace) is None
         await eventually(probe_deleted, timeout=10, interval=0.2)
+
+
+class Cable:
+    """A TCP relay from a port of its own to a cluster's API server: a worker the
+    dispatcher reaches through it can be cut off (`cut`, every connection closed and no
+    new one accepted) and joined again (`join`, on the same port)."""
+
+    def __init__(self, target: str) -> None:
+        host, _, port = target.removeprefix("https://").partition(":")
+        self._target = (host, int(port))
+        self._server: asyncio.Server | None = None
+        self._open: set[asyncio.StreamWriter] = set()
+        self.port = 0
+
+    async def join(self) -> None:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def cut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in list(self._open):
+            writer.close()
+        self._open.clear()
+
+    def kubeconfig(self, kubeconfig: dict[str, Any]) -> dict[str, Any]:
+        """`kubeconfig` with its server reached through the relay."""
+        moved: dict[str, Any] = json.loads(json.dumps(kubeconfig))
+        for cluster in moved["clusters"]:
+            cluster["cluster"]["server"] = f"https://127.0.0.1:{self.port}"
+        return moved
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self._target)
+        except OSError:
+            writer.close()
+            return
+        self._open |= {writer, up_writer}
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            sink.close()
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._open -= {writer, up_writer}

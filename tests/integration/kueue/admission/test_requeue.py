@@ -1,16 +1,19 @@
 """When a dispatched job loses its mirror, our check goes `Retry`: Kueue evicts the
 Workload, releases and requeues it, and the dispatcher places it again once Kueue
 reserves quota anew (a mirror as free of the manager's flavor as the first); the job
-then completes. A user deactivating a running job's Workload has its mirror withdrawn.
-A dispatcher restarted or replaced by another leader while checks wait takes each up
-once, and so does one stopped between writing a job's record and creating its mirror."""
+then completes. A worker lost past its timeout sends the check to `Retry` too. A user
+deactivating a running job's Workload has its mirror withdrawn. A dispatcher restarted
+or replaced by another leader while checks wait takes each up once, and so does one
+stopped between writing a job's record and creating its mirror."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 
 from devkit.localcluster.kueue_objects import ADMISSION_CHECKS, WORKLOADS, wait_active
 from devkit.localcluster.trainer import end_pods
@@ -23,12 +26,15 @@ from tests.integration.conftest import DispatcherRunner, eventually, trainjobs_r
 from tests.integration.kueue.admission.conftest import (
     PROBE,
     WORKER,
+    WORKER_B,
+    Cable,
     Plane,
     free_of_the_flavor,
     our_check,
     queues,
     records_frozen,
     start,
+    static_worker,
     submit,
     watch_mirrors,
     workload_of,
@@ -221,3 +227,49 @@ async def test_a_dispatcher_stopped_between_record_and_mirror_is_taken_over_once
         assert not check.get("retryCount"), check
     listed = await Resource(admission_plane.manager, EVENTS).list(namespace=ns)
     assert not [e for e in listed["items"] if e.get("reason") == "EvictedDueToAdmissionCheck"]
+
+
+async def test_a_lost_worker_sends_the_check_to_retry(
+        admission_plane: Plane, ns: str, dispatchers: DispatcherRunner,
+        tmp_path: Path) -> None:
+    """The worker the job runs on stops answering (the dispatcher reaches it through a
+    relay the test cuts): past `workers.lostTimeoutSeconds`, with `whenLost: Requeue`,
+    the job is taken off it (WorkerLost) and our check goes Retry, so Kueue evicts the
+    Workload and requeues it; back on the line, the job is placed again."""
+    cable = Cable(admission_plane.plane.clusters[WORKER_B].kubeconfig()["clusters"][0]
+                  ["cluster"]["server"])
+    await cable.join()
+    relayed = tmp_path / "relayed.kubeconfig"
+    relayed.write_text(yaml.safe_dump(cable.kubeconfig(
+        admission_plane.plane.clusters[WORKER_B].kubeconfig())))
+    try:
+        await start(admission_plane, dispatchers, workers={
+            "static": [{**static_worker(admission_plane, WORKER_B), "kubeconfig": str(relayed)}],
+            "lostTimeoutSeconds": 3, "whenLost": "Requeue"})
+        await wait_active(admission_plane.manager, ADMISSION_CHECKS, [ns])
+        await submit(admission_plane, ns, "stranded", runtime_patches=long_running(600))
+
+        async def ready() -> bool:
+            return await check_state(admission_plane, ns, "stranded") == "Ready"
+        await eventually(ready, timeout=60, interval=0.2)
+        await cable.cut()
+
+        async def retried() -> list[dict[str, Any]]:
+            listed = await Resource(admission_plane.manager, EVENTS).list(namespace=ns)
+            return [e for e in listed["items"]
+                    if e.get("reason") == "EvictedDueToAdmissionCheck"]
+        await eventually(retried, timeout=60, interval=0.3)
+        listed = await Resource(admission_plane.manager, EVENTS).list(namespace=ns)
+        told = [e for e in listed["items"]
+                if (e.get("regarding") or {}).get("name") == "stranded"
+                and "worker-b lost" in str(e.get("note"))]
+        assert told, [(e.get("reason"), e.get("note")) for e in listed["items"]]
+        await cable.join()
+
+        async def placed_again() -> bool:
+            workload = await workload_of(admission_plane, ns, "stranded")
+            check = our_check(workload, ns)
+            return check.get("state") == "Ready" and int(check.get("retryCount") or 0) >= 1
+        await eventually(placed_again, timeout=90, interval=0.3)
+    finally:
+        await cable.cut()
