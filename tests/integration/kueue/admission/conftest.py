@@ -12,7 +12,10 @@ test gets a namespace of its own on every cluster and an AdmissionCheck named af
 (`ns`) whose controllerName is the test's own (`controller_of(ns)`: one dispatcher per
 controller name, so no test's dispatcher judges another's jobs); `queues` gives it
 ClusterQueues waiting for that check. `start` runs a dispatcher with the first worker
-(or `workers=both(plane)`).
+(or `workers=both(plane)`). `watch_mirrors` follows the test's mirrors on both workers;
+`records_frozen` has the manager keep the dispatcher's records as first written (a
+crash between record and mirror, with `trainjobs_refused`); `Cable` relays a worker's
+API server so a test can cut it off.
 """
 
 from __future__ import annotations
