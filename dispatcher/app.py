@@ -88,7 +88,7 @@ def _admission(term: LeaderTerm, manager: ClusterClient, settings: InformerSetti
     if not name:
         return None
     return AdmissionCheckController(
-        controller_name=name, manager=manager, kind=term.kind,
+        controller_name=name, manager=manager, kind=term.kind, claim=term.claim,
         origin=term.config.mirror.origin, trainjobs=term.trainjobs, records=term.records,
         registry=term.registry, settings=settings, clock=term.clock,
         on_job=lambda key: term.queue.add(key, lane=Lane.URGENT),

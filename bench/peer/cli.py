@@ -37,9 +37,11 @@ QUICK_WORKERS = 2
 QUICK_CAP_SECONDS = 120.0
 STATUS_SAMPLE = 100
 QUICK_SYSTEMS = ("dispatcher-fair", "multikueue-default", "dispatcher",
-                 "multikueue-tuned-remote-qps")
-"""`--quick` runs MultiKueue at its defaults and at its best here; the settings between
-(qps, tuned, tuned-incremental, qps-remote-qps) only in full runs or with --systems."""
+                 "multikueue-tuned-remote-qps", "dispatcher-check")
+"""`--quick` runs MultiKueue at its defaults and at its best here, and the dispatcher in
+the symmetric setting (its AdmissionCheck behind the same manager-side Kueue); the
+MultiKueue settings between (qps, tuned, tuned-incremental, qps-remote-qps) only in full
+runs or with --systems."""
 SCENARIO_SYSTEMS = ("dispatcher-fair", "dispatcher-fair-wait", "dispatcher-check",
                     "multikueue-tuned-remote-qps")
 """The fair mode (also keeping a lost worker's jobs), the symmetric mode (behind the same

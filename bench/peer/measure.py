@@ -60,7 +60,8 @@ class WorkloadStages:
     def summary(self, created_at: dict[str, float], remote: dict[str, float]
                 ) -> dict[str, Any]:
         """p50/p99 of each step: job created -> Workload -> quota reserved -> admitted
-        (a worker reserved it) -> the remote job exists."""
+        (every check Ready: MultiKueue's once a worker reserved it, the dispatcher's once
+        it created the mirror) -> the remote job exists (seen by the harness's watch)."""
         return steps(["create", "workload", "quota_reserved", "admitted", "remote_job"],
                      [created_at, self.first("created"), self.first("QuotaReserved"),
                       self.first("Admitted"), remote])

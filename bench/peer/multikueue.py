@@ -55,8 +55,10 @@ from dispatcher.kube.resource import Resource
 CONCURRENCY = 32
 DISPATCHER_MIN_CAP_SECONDS = 300.0
 DISPATCHER_MIN_RATE = 5.0
-"""The time cap is for the peer; the dispatcher gets at least DISPATCHER_MIN_CAP_SECONDS,
-and long enough to finish the burst at DISPATCHER_MIN_RATE jobs/s."""
+"""The time cap is for the systems behind a manager-side Kueue (MultiKueue, and the
+dispatcher as its AdmissionCheck: the symmetric setting, under one cap); the standalone
+dispatcher gets at least DISPATCHER_MIN_CAP_SECONDS, and long enough to finish the burst
+at DISPATCHER_MIN_RATE jobs/s."""
 SETTLE_SECONDS = 3.0
 STATUS_RATE = 10.0
 STATUS_TIMEOUT_SECONDS = 30.0
@@ -176,8 +178,10 @@ async def run_system(system: System, *, jobs: int, workers: int, cap_seconds: fl
             controllers(env, log_name=f"{system.name}-{jobs}-{workers}w") as pids:
         watches = {w: JobWatch(env.clients[w], NAMESPACE, label="peer-bench") for w in env.workers}
         manager_watch = JobWatch(env.clients["manager"], NAMESPACE, label="peer-bench")
-        stages = (WorkloadStages(env.clients["manager"], NAMESPACE)
-                  if system.kind == "multikueue" else None)
+        # MultiKueue, or the dispatcher as the AdmissionCheck of the same manager Kueue:
+        # the same manager-side stages recorded, under the same time cap.
+        behind_kueue = system.manager_kueue is not None
+        stages = WorkloadStages(env.clients["manager"], NAMESPACE) if behind_kueue else None
         worker_stages = ([WorkloadStages(env.clients[w], NAMESPACE) for w in env.workers]
                          if system.worker_kueue is not None else [])
         everyone: list[JobWatch | WorkloadStages] = [*watches.values(), manager_watch,
@@ -187,9 +191,8 @@ async def run_system(system: System, *, jobs: int, workers: int, cap_seconds: fl
         cpu = CpuMeter({**plane_pids(env), **pids})
         before, reads_before = await _writes(env), await _worker_reads(env)
         cpu.start()
-        cap = (max(cap_seconds, DISPATCHER_MIN_CAP_SECONDS, jobs / DISPATCHER_MIN_RATE)
-               if system.kind == "dispatcher"
-               else cap_seconds)
+        cap = (cap_seconds if behind_kueue
+               else max(cap_seconds, DISPATCHER_MIN_CAP_SECONDS, jobs / DISPATCHER_MIN_RATE))
         placed = await burst(env, watches, jobs=jobs, cap_seconds=cap, stages=stages,
                              worker_stages=worker_stages)
         if env.dispatcher_port is not None:  # where the dispatcher's own calls wait

@@ -40,8 +40,14 @@ FIELD_MANAGER = "trainjob-dispatcher-harness"
 ACTIVE_TIMEOUT_SECONDS = 60.0
 
 
-def resource_flavor(name: str) -> JSON:
-    return {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": name}}
+def resource_flavor(name: str, *, node_labels: dict[str, str] | None = None) -> JSON:
+    """A ResourceFlavor; with `node_labels`, Kueue puts them in the node selector of the
+    jobs it admits with it (for a TrainJob: in its own entry of `spec.runtimePatches`)."""
+    flavor: JSON = {"apiVersion": API_VERSION, "kind": "ResourceFlavor",
+                    "metadata": {"name": name}}
+    if node_labels:
+        flavor["spec"] = {"nodeLabels": dict(node_labels)}
+    return flavor
 
 
 def cluster_queue(name: str, *, flavor: str, quota: dict[str, str],
@@ -82,10 +88,12 @@ def workload_priority_class(name: str, value: int) -> JSON:
 async def setup_queues(client: ClusterClient, *, cluster_queue_name: str, local_queue_name: str,
                        namespaces: list[str], quota: dict[str, str], flavor: str = "default",
                        admission_check: str | None = None, cohort: str = "",
-                       preemption: JSON | None = None) -> None:
-    """Flavor, ClusterQueue and LocalQueues on one cluster (idempotent: applied)."""
-    await Resource(client, RESOURCE_FLAVORS).apply(resource_flavor(flavor),
-                                                   field_manager=FIELD_MANAGER)
+                       preemption: JSON | None = None,
+                       flavor_labels: dict[str, str] | None = None) -> None:
+    """Flavor, ClusterQueue and LocalQueues on one cluster (idempotent: applied; every
+    caller of one flavor should give it the same `flavor_labels`)."""
+    await Resource(client, RESOURCE_FLAVORS).apply(
+        resource_flavor(flavor, node_labels=flavor_labels), field_manager=FIELD_MANAGER)
     await Resource(client, CLUSTER_QUEUES).apply(
         cluster_queue(cluster_queue_name, flavor=flavor, quota=quota,
                       admission_check=admission_check, cohort=cohort, preemption=preemption),

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from dispatcher.api import constants as c
-from dispatcher.config import CheckReadyWhen
+from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
+from dispatcher.claim import Claim
+from dispatcher.config import CheckReadyWhen, ClaimConfig
 from dispatcher.controllers.admission.decide import (
     Activity,
     CheckUpdate,
@@ -17,6 +19,7 @@ from dispatcher.controllers.admission.decide import (
     active_condition,
     active_of,
     check_update,
+    unclaimed_message,
 )
 from dispatcher.controllers.admission.gate import Gate, gate_of
 from dispatcher.controllers.jobs import actions as a
@@ -151,6 +154,71 @@ def test_our_check_ready_once_the_worker_admits(wl: dict[str, Any], state: JobSt
         return
     assert check_update(wl, OURS, state) == CheckUpdate(
         CHECK, "Ready", "placed on worker w by trainjob-dispatcher"), "the default: on create"
+
+
+FINISHED_UNPLACED = JobState(finished=True, dispatched=dispatched(
+    c.REASON_PLACED, "Complete on worker w", status="True"))
+
+
+@pytest.mark.parametrize(("wl", "state"), [
+    (workload(state="Ready"), FINISHED_UNPLACED),
+    (workload(state="Ready"), JobState(finished=True)),
+    (workload(state="Ready"), JobState(finished=True, placed_on="w")),
+    (workload(), JobState(finished=True)),
+], ids=["mirror and record gone, Kueue not yet Finished", "no word at all",
+        "record still there", "Pending"])
+def test_a_finished_job_never_moves_our_check(wl: dict[str, Any], state: JobState) -> None:
+    """The jobs controller deletes a finished job's mirror, then its record, while Kueue
+    may not have marked the Workload Finished yet: a Retry then would run it again."""
+    assert check_update(wl, OURS, state) is None
+    assert check_update(wl, OURS, state, ready_when=CheckReadyWhen.WORKER_ADMITTED) is None
+    unfinished = JobState(dispatched=state.dispatched, placed_on=state.placed_on)
+    if wl["status"]["admissionChecks"][0]["state"] == "Ready" and not state.placed_on:
+        assert check_update(wl, OURS, unfinished) is not None, "the case is not vacuous"
+
+
+CLAIM = Claim(ClaimConfig.model_validate({"namespaces": ["ns"], "labelSelector": "team=a"}))
+
+
+def claimed_job(**changes: Any) -> dict[str, Any]:
+    obj = job(suspend=True)
+    obj["metadata"]["labels"] = {c.LABEL_KUEUE_QUEUE: "team", "team": "a"}
+    obj["spec"]["managedBy"] = MANAGED_BY_MULTIKUEUE
+    for path, value in changes.items():
+        section, key = path.split("__")
+        target = obj["metadata"] if section == "metadata" else obj["spec"]
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = value
+    return obj
+
+
+@pytest.mark.parametrize(("obj", "says"), [
+    (claimed_job(spec__managedBy=None), "spec.managedBy is not kueue.x-k8s.io/multikueue"),
+    (claimed_job(spec__managedBy="trainer.kubeflow.org/trainjob-controller"),
+     "spec.managedBy is not"),
+    (claimed_job(metadata__namespace="other"), "namespace other is not in claim.namespaces"),
+    (claimed_job(metadata__labels={c.LABEL_KUEUE_QUEUE: "team"}), "claim.labelSelector"),
+], ids=["no managedBy", "the Trainer's managedBy", "another namespace", "labels not selected"])
+def test_a_job_the_dispatcher_does_not_claim_is_rejected_saying_why(
+        obj: dict[str, Any], says: str) -> None:
+    """Kueue defaults managedBy only under MultiKueue's own checks: a job under ours
+    without it would hold its quota with a silent Pending check for ever."""
+    assert CLAIM.claims(claimed_job())
+    refusal = CLAIM.refusal(obj)
+    assert says in refusal
+    update = check_update(workload(), OURS, JobState(refusal=refusal))
+    assert update is not None and update.state == "Rejected", update
+    assert refusal in update.message and "release its quota" in update.message
+    told_how = f"with spec.managedBy: {MANAGED_BY_MULTIKUEUE}" in update.message
+    assert told_how == refusal.startswith("spec.managedBy"), update.message
+    assert told_how == (c.LABEL_DISPATCH in update.message), update.message
+    assert check_update(workload(state="Ready"), OURS, JobState(refusal=refusal)) == update
+    for untouched in (workload(state="Rejected"), workload(state="Retry"),
+                      workload(reserved=False), workload(active=False)):
+        assert check_update(untouched, OURS, JobState(refusal=refusal)) is None
+    assert update.message == unclaimed_message(refusal)
 
 
 def test_active_condition_says_why_and_is_written_only_on_change() -> None:

@@ -11,7 +11,9 @@ Events only enqueue keys: a Workload's change enqueues it and its job (`on_job`,
 jobs controller: the job's gate may have opened or closed); an AdmissionCheck's change
 enqueues it; a job the jobs controller just reconciled enqueues its Workload
 (`job_changed`), and a worker change every check of ours (`workers_changed`).
-`reconcile(key)` re-reads the caches, asks `decide.py`, and writes only what differs:
+`reconcile(key)` re-reads the caches (the job's placement, its mirror, whether it
+finished, and whether the dispatcher claims it at all, by the one rule of `claim.py`),
+asks `decide.py`, and writes only what differs:
 our entry of the Workload's `status.admissionChecks` by server-side apply of the
 status (field manager: the controller name, at the Workload's resourceVersion, as
 Kueue's own check controllers do), the Active condition of a check by a merge patch of
@@ -29,6 +31,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from dispatcher.api import constants as c
 from dispatcher.api import kueue as k
 from dispatcher.api.conditions import condition
+from dispatcher.claim import Claim
 from dispatcher.clock import Clock
 from dispatcher.config import CheckReadyWhen
 from dispatcher.controllers import status as st
@@ -83,13 +86,14 @@ def owner_of(workload: JSON) -> tuple[str, str] | None:
 
 class AdmissionCheckController:
     def __init__(self, *, controller_name: str, manager: ClusterClient, kind: JobKind,
-                 origin: str, trainjobs: Informer, records: PlacementRecords,
+                 claim: Claim, origin: str, trainjobs: Informer, records: PlacementRecords,
                  registry: WorkerRegistry, settings: InformerSettings, clock: Clock,
                  on_job: Callable[[str], None],
                  ready_when: CheckReadyWhen = CheckReadyWhen.MIRROR_CREATED) -> None:
         self.controller_name = controller_name
         self._ready_when = ready_when
         self._kind = kind
+        self._claim = claim
         self._origin = origin
         self._trainjobs = trainjobs
         self._records = records
@@ -175,11 +179,15 @@ class AdmissionCheckController:
         return Result.done()
 
     def job_state(self, workload: JSON) -> JobState | None:
-        """Where the Workload's job stands; None when it is not a job we know."""
+        """Where the Workload's job stands; None when the manager has no such job (yet)."""
         owner = owner_of(workload)
         job = self._trainjobs.get(owner[0]) if owner else None
         if owner is None or job is None or str(job["metadata"].get("uid")) != owner[1]:
             return None
+        finished = self._kind.finished(job.get("status")) is not None
+        refusal = self._claim.refusal(job)
+        if finished or refusal:
+            return JobState(finished=finished, refusal=refusal)
         record = next((r for r in self._records.of_job(owner[0]) if r.uid == owner[1]), None)
         placed_on = record.worker if record is not None and record.placed else ""
         mirrored = admitted = False

@@ -3,7 +3,12 @@
 Pure, level-triggered from what the caches hold:
 - `check_update(workload, checks, job)`: our check of a Workload with quota reserved
   (nothing while Kueue has not reserved quota, has evicted or deactivated it, or it
-  finished: Kueue resets the checks itself then):
+  finished: Kueue resets the checks itself then; nothing once the job itself finished,
+  whose mirror and record go before Kueue marks the Workload `Finished`):
+  - the dispatcher does not claim the job (`claim.py`: no `spec.managedBy` of ours,
+    another namespace, labels not selected) -> `Rejected`, saying why (it would never
+    run, and a `Pending` check would hold the team's quota for ever; Kueue deactivates
+    the Workload, releases the quota and quotes the reason in its event);
   - the job is placed and its mirror exists -> `Ready`, naming the worker (with
     `readyWhen: WorkerAdmitted`, once the worker's Kueue admitted it too; `Pending`
     saying where it waits till then);
@@ -29,6 +34,7 @@ from typing import Any
 from dispatcher.api import constants as c
 from dispatcher.api import kueue as k
 from dispatcher.api.conditions import condition, condition_true
+from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
 from dispatcher.config import CheckReadyWhen
 from dispatcher.controllers.admission.gate import check_of, quota_reserved
 
@@ -47,6 +53,10 @@ class JobState:
     """That mirror runs: the worker's Kueue admitted it (or the worker has no Kueue)."""
     dispatched: JSON | None = None
     """Its Dispatched condition (why it waits, or where it runs)."""
+    finished: bool = False
+    """The job is Complete or Failed on the manager."""
+    refusal: str = ""
+    """Why the dispatcher does not claim the job; empty when it does."""
 
 
 @dataclass(frozen=True)
@@ -81,30 +91,50 @@ def check_update(workload: JSON, checks: Collection[str], job: JobState | None, 
                  ) -> CheckUpdate | None:
     """The entry to write, or None when ours is as it should be (or is not ours to move)."""
     entry = check_of(workload, checks)
-    if entry is None or job is None or not _open(workload):
+    if entry is None or job is None or job.finished or not _open(workload):
         return None
     name, state, message = entry["name"], entry.get("state"), entry.get("message", "")
-    wanted: tuple[str, str] | None = None
-    dispatched = job.dispatched or {}
-    waits_on_worker = ready_when is CheckReadyWhen.WORKER_ADMITTED and not job.admitted
-    if job.placed_on and job.mirrored and not waits_on_worker:
-        wanted = (k.CHECK_READY, f"placed on worker {job.placed_on} by trainjob-dispatcher")
-    elif job.placed_on and job.mirrored and state == k.CHECK_PENDING:
-        wanted = (k.CHECK_PENDING, str(dispatched.get("message") or
-                                       f"placed on worker {job.placed_on}, waiting for its "
-                                       "Kueue to admit it"))
-    elif state == k.CHECK_READY:
-        if not job.placed_on:
-            why = dispatched.get("message") or "no longer placed"
-            wanted = (k.CHECK_RETRY, f"taken off its worker: {why}")
-    elif state == k.CHECK_PENDING:
-        if dispatched.get("reason") == c.REASON_UNSCHEDULABLE:
-            wanted = (k.CHECK_REJECTED, f"no worker can hold it: {dispatched.get('message')}")
-        elif dispatched.get("message") and dispatched.get("status") != "True":
-            wanted = (k.CHECK_PENDING, str(dispatched["message"]))
+    if job.refusal:
+        wanted = ((k.CHECK_REJECTED, unclaimed_message(job.refusal))
+                  if state in (k.CHECK_PENDING, k.CHECK_READY) else None)
+    else:
+        wanted = _wanted(str(state), job, ready_when)
     if wanted is None or wanted == (state, message):
         return None
     return CheckUpdate(name=name, state=wanted[0], message=wanted[1])
+
+
+def _wanted(state: str, job: JobState, ready_when: CheckReadyWhen) -> tuple[str, str] | None:
+    """The (state, message) our check should have for a job the dispatcher claims."""
+    dispatched = job.dispatched or {}
+    waits_on_worker = ready_when is CheckReadyWhen.WORKER_ADMITTED and not job.admitted
+    if job.placed_on and job.mirrored and not waits_on_worker:
+        return (k.CHECK_READY, f"placed on worker {job.placed_on} by trainjob-dispatcher")
+    if job.placed_on and job.mirrored and state == k.CHECK_PENDING:
+        return (k.CHECK_PENDING, str(dispatched.get("message") or
+                                     f"placed on worker {job.placed_on}, waiting for its "
+                                     "Kueue to admit it"))
+    if state == k.CHECK_READY:
+        if not job.placed_on:
+            why = dispatched.get("message") or "no longer placed"
+            return (k.CHECK_RETRY, f"taken off its worker: {why}")
+    elif state == k.CHECK_PENDING:
+        if dispatched.get("reason") == c.REASON_UNSCHEDULABLE:
+            return (k.CHECK_REJECTED, f"no worker can hold it: {dispatched.get('message')}")
+        if dispatched.get("message") and dispatched.get("status") != "True":
+            return (k.CHECK_PENDING, str(dispatched["message"]))
+    return None
+
+
+def unclaimed_message(refusal: str) -> str:
+    """Our check's word on a job the dispatcher does not claim (`refusal`: `Claim`'s)."""
+    how = ""
+    if refusal.startswith("spec.managedBy"):
+        how = ("; Kueue sets spec.managedBy only under MultiKueue's own checks: create the "
+               f"job with spec.managedBy: {MANAGED_BY_MULTIKUEUE}, or with the label "
+               f"{c.LABEL_DISPATCH}: \"true\" where deploy/'s opt-in policy is installed")
+    return (f"not dispatched: trainjob-dispatcher does not claim this job ({refusal}), so "
+            f"it would never run; rejected to release its quota{how}")
 
 
 def active_of(*, registered: int, usable: Collection[str], parameters: JSON | None = None

@@ -2,8 +2,11 @@
 
 Kueue reserves quota and keeps the job suspended; the dispatcher places it, sets our
 check Ready naming the worker once the mirror exists, and Kueue then unsuspends the
-manager job, which completes; a job that fits its ClusterQueue but no worker is Rejected
-with the reason; a check left Pending while no dispatcher ran is taken up once.
+manager job (writing its flavor's node labels into its own runtime patch, which the
+mirror never carries), which completes while the manager's Trainer makes nothing of it;
+a job that fits its ClusterQueue but no worker is Rejected with the reason, and so is a
+job the dispatcher does not claim (no `spec.managedBy`); a check left Pending while no
+dispatcher ran is taken up once.
 """
 
 from __future__ import annotations
@@ -15,27 +18,35 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from devkit.factories import trainjob
 from devkit.localcluster.access import free_port
 from devkit.localcluster.kueue_objects import (
     ADMISSION_CHECKS,
     API_VERSION,
     CLUSTER_QUEUES,
     FIELD_MANAGER,
+    WORKLOADS,
     setup_queues,
     wait_active,
 )
+from devkit.localcluster.trainer import JOBSETS
 from dispatcher.api import constants as c
 from dispatcher.api.placement import PLACEMENTS
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.resource import EVENTS, Resource
 from tests.integration.conftest import DispatcherRunner, eventually
 from tests.integration.kueue.admission.conftest import (
-    CONTROLLER,
+    FLAVOR_LABELS,
+    LOCAL_QUEUE,
     MANAGER,
     QUEUE_QUOTA,
     WORKER,
     WORKER_QUOTA,
     Plane,
+    controller_of,
+    flavor_selectors,
+    free_of_the_flavor,
+    kueue_patch,
     our_check,
     queues,
     start,
@@ -59,18 +70,26 @@ async def test_kueue_admits_the_dispatcher_places_and_the_job_runs(
     await wait_active(manager, ADMISSION_CHECKS, [ns])
     check = await Resource(manager, ADMISSION_CHECKS).get(ns)
     assert conditions(check)["Active"]["reason"] == c.REASON_CHECK_ACTIVE
+    # Not the dispatcher's (no managedBy, no queue): the manager's Trainer runs it, which
+    # shows it is there to run what managedBy does not keep it out of.
+    await Resource(manager, TRAINJOBS).create(trainjob("trainers-own", ns), namespace=ns)
     await submit(admission_plane, ns, "runs")
 
     async def ready() -> dict[str, Any] | None:
-        workload = await workload_of(admission_plane, ns)
+        workload = await workload_of(admission_plane, ns, "runs")
         return workload if our_check(workload, ns).get("state") == "Ready" else None
     workload = await eventually(ready, timeout=60, interval=0.2)
     assert WORKER in our_check(workload, ns)["message"]
+
+    async def unsuspended() -> dict[str, Any] | None:
+        job = await Resource(manager, TRAINJOBS).get("runs", namespace=ns)
+        return job if job and job["spec"].get("suspend") is False else None
+    job = await eventually(unsuspended, timeout=30, interval=0.2)
+    assert flavor_selectors(kueue_patch(job)) == [FLAVOR_LABELS], kueue_patch(job)
     mirror = await Resource(admission_plane.clients[WORKER], TRAINJOBS).get("runs", namespace=ns)
     assert mirror is not None and not mirror["spec"].get("suspend")
     assert mirror["spec"].get("managedBy") != MANAGED_BY_MULTIKUEUE
-    assert not any(p.get("manager") == "kueue.x-k8s.io/manager"
-                   for p in mirror["spec"].get("runtimePatches") or [])
+    assert free_of_the_flavor(mirror), mirror["spec"]
 
     async def complete() -> dict[str, Any] | None:
         job = await Resource(manager, TRAINJOBS).get("runs", namespace=ns)
@@ -80,10 +99,17 @@ async def test_kueue_admits_the_dispatcher_places_and_the_job_runs(
     assert (job["metadata"].get("annotations") or {})[c.ANNOTATION_CLUSTER] == WORKER
 
     async def finished() -> dict[str, Any] | None:
-        found = await workload_of(admission_plane, ns)
+        found = await workload_of(admission_plane, ns, "runs")
         return found if is_true(found, "Finished") else None
     workload = await eventually(finished, timeout=30, interval=0.2)
-    assert is_true(workload, "Admitted") or our_check(workload, ns)["state"] == "Ready"
+    assert our_check(workload, ns)["state"] == "Ready", workload["status"]
+    assert not our_check(workload, ns).get("retryCount"), workload["status"]
+
+    async def trainers_own() -> list[str]:
+        listed = await Resource(manager, JOBSETS).list(namespace=ns)
+        return [j["metadata"]["name"] for j in listed["items"]]
+    assert await eventually(trainers_own, timeout=30, interval=0.2) == ["trainers-own"], \
+        "the manager's Trainer made a JobSet of a job whose managedBy is MultiKueue's"
 
 
 async def test_a_job_that_fits_its_cluster_queue_but_no_worker_is_rejected(
@@ -117,6 +143,42 @@ async def test_a_job_that_fits_its_cluster_queue_but_no_worker_is_rejected(
     assert job is not None and job["spec"].get("suspend") is True
     assert await Resource(admission_plane.clients[WORKER], TRAINJOBS).get(
         "too-big", namespace=ns) is None
+
+
+async def test_a_job_the_dispatcher_does_not_claim_is_rejected_saying_why(
+        admission_plane: Plane, ns: str, dispatchers: DispatcherRunner) -> None:
+    """Kueue sets managedBy only under MultiKueue's own checks: a job in our queue made
+    without it is never dispatched, so our check rejects it, with why, and Kueue
+    deactivates its Workload and releases the team's quota."""
+    manager = admission_plane.manager
+    await start(admission_plane, dispatchers)
+    await wait_active(manager, ADMISSION_CHECKS, [ns])
+    await Resource(manager, TRAINJOBS).create(
+        trainjob("unmanaged", ns, labels={c.LABEL_KUEUE_QUEUE: LOCAL_QUEUE}), namespace=ns)
+
+    async def rejection() -> str:
+        listed = await Resource(manager, EVENTS).list(namespace=ns)
+        return next((str(e.get("note")) for e in listed["items"]
+                     if e.get("reason") == "AdmissionCheckRejected"), "")
+    note = await eventually(rejection, timeout=60, interval=0.2)
+    assert f"spec.managedBy is not {MANAGED_BY_MULTIKUEUE}" in note, note
+    assert c.LABEL_DISPATCH in note, note
+
+    async def released() -> dict[str, Any] | None:
+        found = await workload_of(admission_plane, ns, "unmanaged")
+        return (found if found and found["spec"].get("active") is False
+                and not is_true(found, "QuotaReserved") else None)
+    await eventually(released, timeout=30, interval=0.2)
+    await submit(admission_plane, ns, "managed")
+
+    async def ready() -> bool:
+        return our_check(await workload_of(admission_plane, ns, "managed"),
+                         ns).get("state") == "Ready"
+    await eventually(ready, timeout=60, interval=0.2)
+    listed = await Resource(manager, WORKLOADS).list(namespace=ns)
+    assert len(listed["items"]) == 2
+    assert await Resource(admission_plane.worker, TRAINJOBS).get(
+        "unmanaged", namespace=ns) is None
 
 
 async def test_a_check_left_pending_while_no_dispatcher_ran_is_taken_up_once(
@@ -153,12 +215,12 @@ async def test_a_check_naming_a_parameters_object_is_inactive_and_says_why(
     name = f"{ns}-params"
     await Resource(admission_plane.manager, ADMISSION_CHECKS).apply({
         "apiVersion": API_VERSION, "kind": "AdmissionCheck", "metadata": {"name": name},
-        "spec": {"controllerName": CONTROLLER, "parameters": {
+        "spec": {"controllerName": controller_of(ns), "parameters": {
             "apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": "fleet"}}},
         field_manager=FIELD_MANAGER)
     await setup_queues(admission_plane.manager, cluster_queue_name=f"cq-{name}",
                        local_queue_name="params", namespaces=[ns], quota=QUEUE_QUOTA,
-                       admission_check=name)
+                       admission_check=name, flavor_labels=FLAVOR_LABELS)
     await start(admission_plane, dispatchers)
 
     async def refused() -> dict[str, Any] | None:
