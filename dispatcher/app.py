@@ -177,7 +177,7 @@ class LeaderTerm:
             missing_runtimes_of=self.scheduling.missing_runtimes)
         self.gc = GarbageCollector(
             manager=manager, trainjobs=self.trainjobs, records=self.records,
-            registry=self.registry, kind=kind,
+            registry=self.registry, claim=claim, kind=kind,
             origin=cfg.mirror.origin, keep_finished=cfg.mirror.keep_finished,
             interval=cfg.gc.interval_seconds, metrics=metrics, clock=clock)
         self.trainjobs.add_handler(self.jobs.on_job_event)

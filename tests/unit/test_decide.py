@@ -170,11 +170,42 @@ def check(snapshot: Snapshot, memory: JobMemory, expected: a.Action,
 ARGS = ("snapshot", "memory", "expected")
 
 
+def unclaimed_dropped(why: str) -> a.DropFinalizer:
+    """Our finalizer dropped from a placed job no longer claimed, the event saying `why`."""
+    return a.DropFinalizer(job(placed=True), reason=c.REASON_NOT_CLAIMED,
+                           message=f"no longer claimed by this dispatcher: finalizer "
+                                   f"{c.FINALIZER} dropped; {why}")
+
+
 @pytest.mark.parametrize(ARGS, **table(
     ("gone", absent(), a.Forget()),
     ("not claimed", absent(unclaimed=job()), a.Forget()),
-    ("a finalizer on a job we do not claim, no record of it: not ours to judge",
-     absent(unclaimed=job(placed=True)), a.Forget()),
+    ("placed by an earlier version (no record), no longer claimed: its mirror goes first",
+     absent(unclaimed=job(placed=True), hinted_worker=ACTIVE, hinted_mirror=mirror()),
+     a.DeleteMirror("w", mirror())),
+    ("the same, the object there is not ours (another origin): left alone",
+     absent(unclaimed=job(placed=True), hinted_worker=ACTIVE,
+            hinted_mirror=mirror(origin="someone")),
+     unclaimed_dropped("no mirror of it is left on worker w")),
+    ("the same, the object there is another job's: left alone",
+     absent(unclaimed=job(placed=True), hinted_worker=ACTIVE,
+            hinted_mirror=mirror(uid=OLD_UID)),
+     unclaimed_dropped("no mirror of it is left on worker w")),
+    ("the same, its mirror gone: the finalizer is dropped and the job told why",
+     absent(unclaimed=job(placed=True), hinted_worker=ACTIVE),
+     unclaimed_dropped("no mirror of it is left on worker w")),
+    ("the same, its worker unreachable: waited for",
+     absent(unclaimed=job(placed=True), hinted_worker=lost(10), hinted_mirror=mirror()),
+     a.Requeue(5.0)),
+    ("the same, its worker lost past the timeout: given up on (the GC cleans up)",
+     absent(unclaimed=job(placed=True), hinted_worker=lost(61)),
+     unclaimed_dropped(
+         "worker w is lost (its garbage collector deletes a mirror left there once it answers)")),
+    ("the same, its worker not registered: the finalizer is dropped",
+     absent(unclaimed=job(placed=True)), unclaimed_dropped("worker w is not registered")),
+    ("the same, deleted at once: the same clean-up",
+     absent(unclaimed=job(placed=True, deleting=True), hinted_worker=ACTIVE,
+            hinted_mirror=mirror()), a.DeleteMirror("w", mirror())),
     ("job deleted without our finalizer: its mirror is deleted at once",
      absent(leftover=Leftover(record(uid=OLD_UID), ACTIVE, mirror(uid=OLD_UID))),
      a.DeleteMirror("w", mirror(uid=OLD_UID))),

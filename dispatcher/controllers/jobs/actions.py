@@ -178,8 +178,10 @@ class DeleteRecord:
 @dataclass(frozen=True)
 class DropFinalizer:
     job: JSON
-    """The job to drop our finalizer from (claimed, or a leftover's job no longer
-    claimed)."""
+    """The job to drop our finalizer from (claimed, or a job no longer claimed)."""
+    reason: str = ""
+    message: str = ""
+    """When set, a Warning event on the job saying why (a job no longer claimed)."""
 
 
 Action = (Forget | Requeue | Idle | Wait | Enqueue | RecordPlacement | Adopt | RewriteView

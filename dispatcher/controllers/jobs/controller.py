@@ -55,7 +55,13 @@ from dispatcher.controllers.jobs.decide import decide
 from dispatcher.controllers.jobs.manager_side import Conflict, ManagerWriter
 from dispatcher.controllers.jobs.memory import JobMemories, JobMemory, Refusal
 from dispatcher.controllers.jobs.records import PlacementRecords
-from dispatcher.controllers.jobs.snapshot import Claimed, Snapshot, SnapshotReader, uid_of
+from dispatcher.controllers.jobs.snapshot import (
+    Claimed,
+    Snapshot,
+    SnapshotReader,
+    holds_finalizer,
+    uid_of,
+)
 from dispatcher.controllers.jobs.worker_side import Refused, WorkerWriter
 from dispatcher.controllers.scheduling import SchedulingLoop
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
@@ -117,8 +123,8 @@ class JobsController:
     def on_job_event(self, event_type: str, obj: JSON) -> None:
         key, uid = object_key(obj), uid_of(obj)
         if (not self.claim.claims(obj) and not self.records.of_job(key)
-                and self.memories.get(uid) is None):
-            return
+                and self.memories.get(uid) is None and not holds_finalizer(obj)):
+            return  # neither claimed nor ours to clean up
         if event_type == DELETED:
             # Its record, if any, is cleaned up by the reconcile: the mirror goes first,
             # and the quota is released only then.
@@ -207,10 +213,15 @@ class JobsController:
         return Result.retry()
 
     def _memory(self, s: Snapshot) -> JobMemory:
-        """The claimed job's memory, with the demand the snapshot computed recorded; an
-        empty one for a job we do not claim (nothing of it is remembered)."""
+        """The claimed job's memory, with the demand the snapshot computed recorded. For
+        a job we do not claim, the memory of the one being cleaned up (the leftover's,
+        else the unclaimed job's) while we remember it; an empty one otherwise (none is
+        made for it)."""
         if not isinstance(s, Claimed):
-            return JobMemory()
+            uid = (s.leftover.record.uid if s.leftover is not None
+                   else uid_of(s.unclaimed) if s.unclaimed is not None else None)
+            remembered = self.memories.get(uid) if uid is not None else None
+            return remembered if remembered is not None else JobMemory()
         memory = self.memories.of(s.uid)
         if s.demand is not None and s.demand_version is not None:
             memory.demand = (s.demand_version, s.demand)
@@ -234,8 +245,13 @@ class JobsController:
             case DeleteRecord(record=record, unclaimed=unclaimed):
                 await self._delete_record(record, unclaimed)
                 return None
-            case DropFinalizer(job=job):
-                return None if await self.manager.drop_finalizer(job) else Result.done()
+            case DropFinalizer(job=job, reason=reason, message=message):
+                dropped = await self.manager.drop_finalizer(job)
+                if dropped is None:
+                    return Result.done()
+                if reason:
+                    self.events.record(dropped, reason=reason, message=message, warning=True)
+                return None
         if not isinstance(s, Claimed):
             raise AssertionError(f"{action!r} is an action on a claimed job")
         return await self._execute_claimed(s, memory, action)

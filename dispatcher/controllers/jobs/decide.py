@@ -11,6 +11,12 @@ actions are in `actions.py`; the rows, in the order they are tried
   given up on), drop the finalizer of a job no longer claimed, then delete the record
   (telling a job no longer claimed why its mirror went): its quota is released only
   then, once nothing runs;
+- a job not claimed (any more) that holds our finalizer with no record (placed by an
+  earlier version, which kept the placement in annotations): ours to clean up ->
+  delete its mirror on the worker its annotation names (only when the mirror proves
+  it is ours: origin label and manager UID, which a namespace user cannot write on the
+  worker; a worker unreachable but not given up on is waited for), then drop the
+  finalizer, with an event saying why;
 - no job this dispatcher claims (gone, or not claimed) -> forget it;
 - deleted on the manager -> delete the mirror (while the worker can be reached), then
   the record, then drop the finalizer; a worker lost past the timeout is given up on
@@ -129,8 +135,37 @@ def decide(snapshot: Snapshot, memory: JobMemory, config: DispatcherConfig, *,
     if snapshot.leftover is not None:
         return _clean_up(snapshot, snapshot.leftover, config)
     if isinstance(snapshot, Absent):
-        return Forget()
+        return _unclaimed(snapshot, config, kind=kind)
     return _claimed(snapshot, memory, config, kind=kind)
+
+
+def _unclaimed(s: Absent, config: DispatcherConfig, *, kind: JobKind) -> Action:
+    """No job this dispatcher claims: forget it, unless the job there holds our
+    finalizer (with no record: an earlier version placed it): then its mirror on the
+    worker its annotation names goes first, then the finalizer."""
+    own = s.unclaimed
+    if own is None or not holds_finalizer(own):
+        return Forget()
+    named = annotations_of(own).get(c.ANNOTATION_CLUSTER, "")
+    hint = s.hinted_worker
+    if hint is not None and hint.usable:
+        mirror = s.hinted_mirror
+        if (mirror is not None and not mirror["metadata"].get("deletionTimestamp")
+                and kind.is_ours(mirror, manager_uid=uid_of(own),
+                                 origin=config.mirror.origin)):
+            return DeleteMirror(hint.name, mirror)
+    elif hint is not None and not _given_up(hint, config):
+        return Requeue(config.workers.probe_interval_seconds)
+    if hint is not None and hint.usable:
+        where = f"; no mirror of it is left on worker {named}"
+    elif hint is not None:
+        where = (f"; worker {named} is lost (its garbage collector deletes a mirror left "
+                 "there once it answers)")
+    else:
+        where = f"; worker {named} is not registered" if named else ""
+    return DropFinalizer(own, reason=c.REASON_NOT_CLAIMED,
+                         message=f"no longer claimed by this dispatcher: finalizer "
+                                 f"{c.FINALIZER} dropped{where}")
 
 
 def _claimed(s: Claimed, memory: JobMemory, config: DispatcherConfig, *,

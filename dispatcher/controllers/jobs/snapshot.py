@@ -104,6 +104,11 @@ class Absent:
     unclaimed: JSON | None = None
     """The job of this key, when there is one the dispatcher does not claim."""
     leftover: Leftover | None = None
+    hinted_worker: WorkerState | None = None
+    """With no record: the worker the unclaimed job's annotation names, when it holds
+    our finalizer (placed by an earlier version): where to look for its mirror."""
+    hinted_mirror: JSON | None = None
+    """The object of the job's name on `hinted_worker`, when that worker can be read."""
 
 
 @dataclass(frozen=True)
@@ -198,8 +203,11 @@ class SnapshotReader:
         job = self._jobs.get(key)
         records = self._records.of_job(key)
         if job is None or not self._claim.claims(job):
+            hinted = self._hinted(job) if job is not None and not records else None
             return Absent(key=key, now=now, wall=wall, unclaimed=job,
-                          leftover=self._leftover(key, records[0] if records else None))
+                          leftover=self._leftover(key, records[0] if records else None),
+                          hinted_worker=self._worker_state(hinted) if hinted else None,
+                          hinted_mirror=self._object_at(hinted, key) if hinted else None)
         uid = uid_of(job)
         record = next((r for r in records if r.uid == uid), None)
         leftover = self._leftover(key, next((r for r in records if r is not record), None))
@@ -221,13 +229,11 @@ class SnapshotReader:
         pending = placed_on is None and not job["metadata"].get("deletionTimestamp")
         demand_on, missing_on = (self._on_workers(job, runtime, demand)
                                  if pending and runtime is not None and demand else ({}, {}))
-        hinted = None
-        if record is None and holds_finalizer(job):
-            named = self._registry.get(annotations_of(job).get(c.ANNOTATION_CLUSTER, ""))
-            hinted = self._worker_state(named) if named is not None else None
+        hinted = self._hinted(job) if record is None else None
         return Claimed(
             key=key, now=now, wall=wall, job=job, record=record, leftover=leftover,
-            hinted_worker=hinted, elsewhere=self._copies(key, uid, placed_on),
+            hinted_worker=self._worker_state(hinted) if hinted else None,
+            elsewhere=self._copies(key, uid, placed_on),
             booked=booking is not None and booking.worker == placed_on,
             worker=self._worker_state(connection) if connection else None,
             mirror=mirror, tombstone=tombstone, workload=workload, runtime=runtime,
@@ -238,6 +244,22 @@ class SnapshotReader:
             verdict=self._scheduling.decisions.get(uid) if pending else None,
             gate=self._gates(job) if self._gates is not None else None,
         )
+
+    def _hinted(self, job: JSON) -> WorkerConnection | None:
+        """The registered worker a job's annotation names, when the job holds our
+        finalizer (an earlier version's placement): only where to look for its mirror."""
+        if not holds_finalizer(job):
+            return None
+        return self._registry.get(annotations_of(job).get(c.ANNOTATION_CLUSTER, ""))
+
+    @staticmethod
+    def _object_at(connection: WorkerConnection, key: str) -> JSON | None:
+        """The object named `key` in a worker's cache, when the cache can be trusted
+        (whether it is our mirror is `decide`'s to judge)."""
+        if not connection.usable():
+            return None
+        assert connection.mirrors is not None
+        return connection.mirrors.get(key)
 
     def _copies(self, key: str, uid: str, placed_on: str | None) -> tuple[Copy, ...]:
         copies = []
