@@ -282,7 +282,7 @@ class LeaderTerm:
     def _on_worker_runtime(self, worker: str, event_type: str, obj: dict[str, Any]) -> None:
         """A runtime came, changed or went on a worker: what its pending jobs need there
         (or whether they can run there at all) may have changed."""
-        self.jobs.on_runtime_event(event_type, obj)
+        self.jobs.on_runtime_event(event_type, obj, worker=worker)
 
     def _on_decision(self, decision: Decision) -> None:
         self.jobs.on_decision(decision.key, placed=decision.worker is not None)

@@ -305,6 +305,19 @@ def test_an_unparsable_cluster_selector_is_its_own_reason() -> None:
      placed(booked=False, demand={"cpu": Fraction(3), "pods": Fraction(1)}),
      a.Book("w", {"cpu": Fraction(3), "pods": Fraction(1)})),
     ("mirror: create", placed(), a.CreateMirror("w", DEMAND)),
+    ("mirror: the worker's runtime still gives the booked demand: create",
+     placed(demand_there=DEMAND), a.CreateMirror("w", DEMAND)),
+    ("mirror: the worker's runtime changed since the booking: placed again, not an eviction",
+     placed(demand_there={"cpu": Fraction(4), "pods": Fraction(2)}),
+     a.Unplace("w", c.REASON_RUNTIME_CHANGED,
+               "the ClusterTrainingRuntime 'torch' of worker w changed after the job was "
+               "booked there: it needs cpu=4,pods=2 there, not the cpu=2,pods=1 booked; "
+               "placed again", eviction=False)),
+    ("mirror: the worker's runtime is gone since the booking: placed again",
+     placed(cannot_run_there="has no ClusterTrainingRuntime 'torch'"),
+     a.Unplace("w", c.REASON_RUNTIME_CHANGED,
+               "worker w has no ClusterTrainingRuntime 'torch' (its runtime changed after "
+               "the job was booked there); placed again", eviction=False)),
     ("mirror: the worker refused the one just asked for: rejected with its reason",
      placed(), JobMemory(refused=Refusal("w", c.REASON_MIRROR_REJECTED, "w rejected it")),
      a.Reject("w", c.REASON_MIRROR_REJECTED, "w rejected it")),

@@ -177,13 +177,26 @@ class JobsController:
             self.queue.add(key, lane=Lane.URGENT)
         self.scheduling.trigger()
 
-    def on_runtime_event(self, event_type: str, obj: JSON) -> None:
-        """A runtime came, changed or went: look again at the unplaced jobs that use it."""
+    def on_runtime_event(self, event_type: str, obj: JSON, *, worker: str | None = None
+                         ) -> None:
+        """A runtime came, changed or went (on the manager, or on `worker`): look again
+        at the jobs that use it and are not placed, or are booked (on that worker) with
+        no mirror yet: their mirror is made from the worker's runtime as it is then."""
         ref = (obj.get("kind"), object_key(obj))
         for job in list(self.trainjobs.store.values()):
-            if (self.claim.claims(job) and uid_of(job) not in self.ledger
-                    and self.kind.runtime_ref(job) == ref):
+            if not self.claim.claims(job) or self.kind.runtime_ref(job) != ref:
+                continue
+            booking = self.ledger.get(uid_of(job))
+            if booking is None or (worker in (None, booking.worker)
+                                   and not self._mirrored(booking.worker, object_key(job))):
                 self.queue.add(object_key(job))
+
+    def _mirrored(self, worker: str, key: str) -> bool:
+        """Whether `worker`'s cache holds an object named `key` (or cannot be read)."""
+        connection = self.registry.get(worker)
+        if connection is None or connection.mirrors is None:
+            return True
+        return connection.mirrors.get(key) is not None
 
     def on_worker_change(self, worker: WorkerConnection) -> None:
         """A worker came, went or changed: re-examine its jobs and schedule again."""

@@ -47,7 +47,10 @@ actions are in `actions.py`; the rows, in the order they are tried
   up on;
 - placed, no mirror: the worker refused the one just asked for -> reject (the reason it
   gave); a tombstone that finished -> finish; one that did not -> evict (MirrorGone);
-  none -> create the mirror;
+  the worker's current copy of the runtime gives a demand other than the one booked,
+  or cannot run the job -> take it off the worker (RuntimeChanged, not an eviction:
+  never a booking computed from one runtime for pods made from another); else create
+  the mirror;
 - placed, the object there is not ours -> reject (NameConflict);
 - placed, mirror finished: failed with a reason the job retries -> evict; else finish;
 - placed, mirror evicted by the worker or its Kueue -> evict (MirrorEvicted; preempted
@@ -342,6 +345,17 @@ def _no_mirror(s: Claimed, record: PlacementRecord, memory: JobMemory,
             return Finish(name, s.tombstone, finished)
         return _evict(s, record, config, c.REASON_MIRROR_GONE,
                       f"the mirror on worker {name} was deleted", kind=kind)
+    if s.cannot_run_there:
+        return Unplace(name, c.REASON_RUNTIME_CHANGED,
+                       f"worker {name} {s.cannot_run_there} (its runtime changed after the "
+                       "job was booked there); placed again",
+                       eviction=False)
+    if s.demand_there is not None and s.demand_there != record.demand:
+        return Unplace(name, c.REASON_RUNTIME_CHANGED,
+                       f"the {s.runtime_name} of worker {name} changed after the job was "
+                       f"booked there: it needs {resources.format_vector(s.demand_there)} "
+                       f"there, not the {resources.format_vector(record.demand)} booked; "
+                       "placed again", eviction=False)
     return CreateMirror(name, dict(record.demand))
 
 
