@@ -126,9 +126,13 @@ class JobsController:
                 and self.memories.get(uid) is None and not holds_finalizer(obj)):
             return  # neither claimed nor ours to clean up
         if event_type == DELETED:
-            # Its record, if any, is cleaned up by the reconcile: the mirror goes first,
-            # and the quota is released only then.
-            self.scheduling.withdraw(uid)
+            # Gone: the next snapshot cannot name its UID. With no record placing it, it
+            # holds no quota a mirror may use: released now (queue entry, reservation).
+            # A placed record is cleaned up by the reconcile: the mirror goes first, and
+            # the quota is released only then.
+            record = self.records.of_uid(uid)
+            if record is None or not record.placed:
+                self._release(uid)
             self.memories.forget(uid)
         elif self.claim.claims(obj):
             memory = self.memories.of(uid)
@@ -277,7 +281,9 @@ class JobsController:
                 return Result.done()
             case Wait(reason=reason, message=message, warn=warn):
                 self._release(s.uid)
-                await self.manager.set_waiting(s.job, reason, message, warn=warn)
+                await self.manager.set_waiting(s.job, reason, message)
+                if warn:
+                    self.events.record(s.job, reason=reason, message=message, warning=True)
                 return Result.done()
             case Enqueue(entry=entry, reason=reason, message=message):
                 self.scheduling.submit(entry)
@@ -378,7 +384,7 @@ class JobsController:
                      demand: dict[str, Any]) -> Result | None:
         """A live mirror of the job runs on `worker` unrecorded (an earlier version kept
         placements in annotations): record it where it runs, whatever the quota says."""
-        self.scheduling.withdraw(s.uid)
+        self._release(s.uid)  # no longer queued, nor reserved anywhere else
         record = await self._write_record(s, worker=worker, demand=demand)
         memory.refused = None
         self.ledger.book(Booking(s.uid, s.key, worker, demand))
@@ -456,16 +462,16 @@ class JobsController:
         if action.exclude:
             memory.excluded[action.worker] = (
                 self.clock.monotonic() + self.config.placement.rejection_backoff_seconds)
-        if not action.eviction and not action.exclude:
-            return Result.done()
-        self.metrics.requeues.labels(action.reason).inc()
-        self.events.record(updated, reason=c.REASON_EVICTED if action.eviction else action.reason,
-                           message=action.message, warning=True)
-        log.warning("%s %s from %s: %s", "evicted" if action.eviction else "moved", s.key,
-                    action.worker, action.message,
-                    extra={"job": s.key, "worker": action.worker})
+        if action.event_reason:
+            self.events.record(updated, reason=action.event_reason, message=action.message,
+                               warning=True)
+            log.warning("%s taken off %s (%s): %s", s.key, action.worker, action.reason,
+                        action.message, extra={"job": s.key, "worker": action.worker})
         if action.eviction:
             self.metrics.evictions.labels(action.worker, action.reason).inc()
+        if not action.count_requeue:
+            return Result.done()
+        self.metrics.requeues.labels(action.reason).inc()
         memory.not_before = self.clock.monotonic() + action.backoff
         return Result.after(action.backoff)
 

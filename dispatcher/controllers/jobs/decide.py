@@ -120,6 +120,7 @@ from dispatcher.controllers.jobs.snapshot import (
     uid_of,
 )
 from dispatcher.controllers.jobs.view import differences
+from dispatcher.controllers.status import MAX_MESSAGE
 from dispatcher.kinds import JobKind
 from dispatcher.placement import resources
 from dispatcher.placement.scheduler import PendingJob
@@ -271,12 +272,13 @@ def _evict(s: Claimed, record: PlacementRecord, config: DispatcherConfig, reason
     the job is placed again, unless the job is not at fault (`backoff=False`)."""
     if not counted:
         unplace = Unplace(record.worker, reason, f"{message}; requeued", eviction=True,
-                          exclude=exclude)
+                          event_reason=c.REASON_EVICTED, count_requeue=True, exclude=exclude)
     else:
         evictions = record.evictions + 1
         delay = (config.mirror.requeue_backoff_seconds * 2 ** (evictions - 1)
                  if backoff else 0.0)
         unplace = Unplace(record.worker, reason, f"{message}; requeued", eviction=True,
+                          event_reason=c.REASON_EVICTED, count_requeue=True,
                           evictions=evictions, fail=evictions >= config.mirror.max_evictions,
                           backoff=delay)
     return _take_off(s, unplace, config, kind=kind)
@@ -348,14 +350,15 @@ def _no_mirror(s: Claimed, record: PlacementRecord, memory: JobMemory,
     if s.cannot_run_there:
         return Unplace(name, c.REASON_RUNTIME_CHANGED,
                        f"worker {name} {s.cannot_run_there} (its runtime changed after the "
-                       "job was booked there); placed again",
-                       eviction=False)
+                       "job was booked there); placed again", eviction=False,
+                       event_reason=c.REASON_RUNTIME_CHANGED, count_requeue=True)
     if s.demand_there is not None and s.demand_there != record.demand:
         return Unplace(name, c.REASON_RUNTIME_CHANGED,
                        f"the {s.runtime_name} of worker {name} changed after the job was "
                        f"booked there: it needs {resources.format_vector(s.demand_there)} "
                        f"there, not the {resources.format_vector(record.demand)} booked; "
-                       "placed again", eviction=False)
+                       "placed again", eviction=False, event_reason=c.REASON_RUNTIME_CHANGED,
+                       count_requeue=True)
     return CreateMirror(name, dict(record.demand))
 
 
@@ -415,6 +418,7 @@ def _waiting_for_admission(s: Claimed, name: str, worker: WorkerState, mirror: J
         return Unplace(name, c.REASON_ADMISSION_TIMEOUT,
                        f"not admitted by the Kueue of worker {name} in {int(waited)}s "
                        f"({admission.message}); placed again elsewhere", eviction=False,
+                       event_reason=c.REASON_ADMISSION_TIMEOUT, count_requeue=True,
                        exclude=True, mirror=mirror)
     if waited < ADMISSION_QUIET_SECONDS:
         return Requeue(ADMISSION_QUIET_SECONDS - waited + _BLIP_MARGIN_SECONDS)
@@ -442,6 +446,14 @@ def _retry_requested(job: JSON, finished: JSON, *, kind: JobKind) -> bool:
     return finished.get("reason") in {r.strip() for r in wanted.split(",") if r.strip()}
 
 
+def _warning(s: Claimed, reason: str, message: str) -> Wait:
+    """Wait with a reason the job is at fault for: a Warning event too, unless its
+    status says so already (the event was given then)."""
+    shown = condition(s.job.get("status"), c.CONDITION_DISPATCHED) or {}
+    news = (shown.get("reason"), shown.get("message")) != (reason, message[:MAX_MESSAGE])
+    return Wait(reason, message, warn=news)
+
+
 def _pending(s: Claimed, memory: JobMemory) -> Action:
     if s.gate is not None and not s.gate.admits:
         return Wait(s.gate.reason, s.gate.message)
@@ -452,15 +464,14 @@ def _pending(s: Claimed, memory: JobMemory) -> Action:
                     f"{s.runtime_name} does not exist on the manager; the job is placed "
                     "once it does")
     if s.demand_error is not None:
-        return Wait(s.demand_error.reason, f"not dispatched: {s.demand_error}", warn=True)
+        return _warning(s, s.demand_error.reason, f"not dispatched: {s.demand_error}")
     assert s.demand is not None, "a runtime and no demand error: the demand was computed"
     selector_text = annotations_of(s.job).get(c.ANNOTATION_CLUSTER_SELECTOR, "")
     try:
         selector = parse_selector(selector_text)
     except SelectorError as error:
-        return Wait(c.REASON_INVALID_CLUSTER_SELECTOR,
-                    f"not dispatched: annotation {c.ANNOTATION_CLUSTER_SELECTOR}: {error}",
-                    warn=True)
+        return _warning(s, c.REASON_INVALID_CLUSTER_SELECTOR,
+                        f"not dispatched: annotation {c.ANNOTATION_CLUSTER_SELECTOR}: {error}")
     if memory.not_before > s.now:
         return Requeue(memory.not_before - s.now)
     if s.reservation is not None:

@@ -17,7 +17,6 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.api import constants as c
-from dispatcher.api.conditions import condition
 from dispatcher.api.placement import PLACEMENTS, PlacementRecord, placement_body, placement_spec
 from dispatcher.clock import Clock
 from dispatcher.controllers import status as st
@@ -88,18 +87,13 @@ class ManagerWriter:
         return updated
 
     async def set_waiting(self, job: JSON, reason: str, message: str, *,
-                          warn: bool = False, extra: list[JSON] | None = None) -> JSON:
-        """Dispatched=False with `reason`; with `warn`, a Warning event when it is news."""
-        previous = condition(job.get("status"), c.CONDITION_DISPATCHED) or {}
+                          extra: list[JSON] | None = None) -> JSON:
+        """Dispatched=False with `reason` (and `extra` conditions)."""
         now = self.now()
         dispatched = st.dispatched_condition(job, placed=False, reason=reason,
                                              message=message, now=now)
-        updated = await self.write_status(
+        return await self.write_status(
             job, st.without_mirror(self.kind, job, dispatched, now=now, extra=extra))
-        if warn and (previous.get("reason"), previous.get("message")) != (
-                reason, dispatched["message"]):
-            self.events.record(job, reason=reason, message=message, warning=True)
-        return updated
 
     async def set_placed(self, job: JSON, mirror: JSON, *, reason: str, message: str,
                          news_seen: float | None = None) -> JSON:
