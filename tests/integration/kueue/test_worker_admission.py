@@ -46,7 +46,7 @@ FOUR_CPUS = {"cpu": "4", "memory": "64Gi"}
 
 def room(dispatcher: Dispatcher, name: str) -> Any:
     assert dispatcher.registry is not None
-    return dispatcher.capacity_of(dispatcher.registry.workers[name])
+    return dispatcher.capacities.of(dispatcher.registry.workers[name])
 
 
 async def _is(value: bool) -> bool:

@@ -80,7 +80,7 @@ async def test_mirror_waits_suspended_for_admission_then_completes(
 
 def room(dispatcher: Dispatcher, name: str) -> Any:
     assert dispatcher.registry is not None
-    return dispatcher.capacity_of(dispatcher.registry.workers[name])
+    return dispatcher.capacities.of(dispatcher.registry.workers[name])
 
 
 async def test_live_room_is_read_from_a_real_cluster_queue_and_its_workloads(

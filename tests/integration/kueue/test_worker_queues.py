@@ -53,7 +53,7 @@ async def test_a_queue_borrows_from_its_cohort_and_the_dispatcher_offers_it(
     dispatcher = await dispatchers(workers={"static": [worker(
         kueue_clusters, "worker-a", localQueue=LOCAL_QUEUE, clusterQueue=cq)]})
     assert dispatcher.registry is not None
-    room = dispatcher.capacity_of(dispatcher.registry.workers["worker-a"])
+    room = dispatcher.capacities.of(dispatcher.registry.workers["worker-a"])
     assert room.quota["cpu"] == 2 and room.ceiling["cpu"] == 6 and room.free["cpu"] == 6
     names = [f"borrow-{i}" for i in range(4)]
     for name in names:
@@ -67,7 +67,7 @@ async def test_a_queue_borrows_from_its_cohort_and_the_dispatcher_offers_it(
     assert sorted(placed) == ["", "worker-a", "worker-a", "worker-a"]
     waiting = names[placed.index("")]
     assert (await dispatched(kueue_clusters, ns, waiting))["reason"] == c.REASON_WAITING_FOR_QUOTA
-    room = dispatcher.capacity_of(dispatcher.registry.workers["worker-a"])
+    room = dispatcher.capacities.of(dispatcher.registry.workers["worker-a"])
     assert room.free["cpu"] == 0 and room.used_by_us["cpu"] == Fraction(6)
 
 
