@@ -310,14 +310,19 @@ class LeaderTerm:
     # ----- what the gauges and the status page read -----
 
     def reading(self) -> Reading:
-        return termview.reading(registry=self.registry, jobs=self.jobs, capacities=self.capacities,
-                                scheduling=self.scheduling, queue=self.queue)
+        return termview.reading(
+            workers=self.registry.workers.values(), capacity_of=self.capacities.of,
+            placed_and_running=self.jobs.placed_and_running,
+            pending=len(self.scheduling.pending), queue_depth=len(self.queue),
+            reasons=self.jobs.reasons())
 
     def status_view_build(self, offset: int, limit: int) -> Callable[[], StatusView]:
         return termview.status_view_inputs(
-            registry=self.registry, worker_clusters=self.worker_clusters,
-            jobs=self.trainjobs.store, claim=self.claim, kind=self.kind,
-            scheduling=self.scheduling, events=self.events, offset=offset, limit=limit)
+            workers=self.registry.workers.values(),
+            registrations=self.worker_clusters.worker_clusters,
+            desired_status=self.worker_clusters.desired_status, jobs=self.trainjobs.store,
+            claim=self.claim, kind=self.kind, pending=self.scheduling.pending.values(),
+            events=self.events.recent, offset=offset, limit=limit)
 
 
 class Dispatcher:

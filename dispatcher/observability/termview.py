@@ -2,58 +2,75 @@
 
 `reading` gathers the gauges' `Reading` (per worker: booked and running jobs, room, watch
 restarts; the scheduler's queue, the reconcile queue, the jobs by reason).
-`status_view_inputs` takes the status view's inputs now (the workers' rows as the
+`status_view_inputs` takes the status view's inputs now (the workers' rows as their
 WorkerCluster status would be written, the cached jobs, the queue's priorities, the
 recent events) and returns `build_view` bound to them, to run later, in a thread: the
 cached objects are replaced on change, never changed in place, so the build sees a
-consistent set. Neither writes anything.
+consistent set. Neither writes anything. The term's parts come in as the few methods
+read of them (this layer imports no controller).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol, TypeVar
 
+from dispatcher.api.workercluster import WorkerSpec
 from dispatcher.claim import Claim
-from dispatcher.controllers.capacity import Capacities
-from dispatcher.controllers.jobs.controller import JobsController
-from dispatcher.controllers.scheduling import SchedulingLoop
-from dispatcher.controllers.workerclusters import WorkerClustersController
-from dispatcher.controllers.workers import WorkerRegistry
 from dispatcher.kinds import JobKind
-from dispatcher.kube.workqueue import WorkQueue
-from dispatcher.observability.events import EventRecorder
+from dispatcher.kube.informer import Informer
 from dispatcher.observability.gauges import Reading, WorkerReading
 from dispatcher.observability.statusview import StatusView, WorkerRow, build_view, worker_row
+from dispatcher.placement.capacity import Capacity
+from dispatcher.placement.scheduler import PendingJob
+
+JSON = dict[str, Any]
 
 
-def reading(*, registry: WorkerRegistry, jobs: JobsController, capacities: Capacities,
-            scheduling: SchedulingLoop, queue: WorkQueue) -> Reading:
-    workers = []
-    for worker in registry.workers.values():
-        placed, running = jobs.placed_and_running(worker.name)
-        workers.append(WorkerReading(
+class WorkerLike(Protocol):
+    """What is read of a worker connection."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def spec(self) -> WorkerSpec: ...
+    @property
+    def mirrors(self) -> Informer | None: ...
+    def usable(self) -> bool: ...
+
+
+W = TypeVar("W", bound=WorkerLike)
+
+
+def reading(*, workers: Iterable[W], capacity_of: Callable[[W], Capacity],
+            placed_and_running: Callable[[str], tuple[int, int]], pending: int,
+            queue_depth: int, reasons: Mapping[str, int]) -> Reading:
+    rows = []
+    for worker in workers:
+        placed, running = placed_and_running(worker.name)
+        rows.append(WorkerReading(
             name=worker.name, usable=worker.usable(), placed=placed, running=running,
-            capacity=capacities.of(worker),
+            capacity=capacity_of(worker),
             watch_restarts=worker.mirrors.restarts if worker.mirrors else None))
-    return Reading(pending=len(scheduling.pending), queue_depth=len(queue),
-                   workers=workers, reasons=jobs.reasons())
+    return Reading(pending=pending, queue_depth=queue_depth, workers=rows, reasons=reasons)
 
 
-def status_view_inputs(*, registry: WorkerRegistry, worker_clusters: WorkerClustersController,
-                       jobs: Mapping[str, Any], claim: Claim, kind: JobKind,
-                       scheduling: SchedulingLoop, events: EventRecorder, offset: int,
-                       limit: int) -> Callable[[], StatusView]:
-    """The status view's inputs taken now; the build returned to run later."""
+def status_view_inputs(*, workers: Iterable[W], registrations: Informer | None,
+                       desired_status: Callable[[JSON, W], JSON], jobs: Mapping[str, JSON],
+                       claim: Claim, kind: JobKind, pending: Iterable[PendingJob],
+                       events: Iterable[Mapping[str, Any]], offset: int, limit: int
+                       ) -> Callable[[], StatusView]:
+    """The status view's inputs taken now (each worker's row from its WorkerCluster
+    object in `registrations`, if any, and the status it would be written); the build
+    returned to run later."""
     rows: list[WorkerRow] = []
-    crd = worker_clusters.worker_clusters
-    for worker in registry.workers.values():
-        obj = (crd.get(worker.name) if crd else None) or {}
-        status = worker_clusters.desired_status(obj, worker)
+    for worker in workers:
+        obj = (registrations.get(worker.name) if registrations else None) or {}
         rows.append(worker_row(worker.name, {"cordoned": worker.spec.cordoned,
-                                             "drain": worker.spec.drain}, status))
+                                             "drain": worker.spec.drain},
+                               desired_status(obj, worker)))
     return functools.partial(
         build_view, workers=rows, jobs=list(jobs.values()), claim=claim, kind=kind,
-        priorities={p.key: p.priority for p in scheduling.pending.values()},
-        events=list(events.recent), offset=offset, limit=limit)
+        priorities={p.key: p.priority for p in pending},
+        events=list(events), offset=offset, limit=limit)
