@@ -66,7 +66,7 @@ from dispatcher.controllers.jobs.worker_side import Refused, WorkerWriter
 from dispatcher.controllers.scheduling import SchedulingLoop
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
 from dispatcher.kinds import JobKind
-from dispatcher.kube.informer import DELETED, Informer, object_key
+from dispatcher.kube.informer import DELETED, Informer, job_key, object_key
 from dispatcher.kube.workqueue import Lane, Result, WorkQueue
 from dispatcher.observability.events import EventRecorder
 from dispatcher.observability.metrics import Metrics
@@ -144,7 +144,7 @@ class JobsController:
         """A placement record changed (ours, or an admin's hand): look at its job again."""
         job = (obj.get("spec") or {}).get("job") or {}
         if job.get("namespace") and job.get("name"):
-            self.queue.add(f"{job['namespace']}/{job['name']}")
+            self.queue.add(job_key(job["namespace"], job["name"]))
 
     def _memory_of_mirror(self, mirror: JSON) -> JobMemory | None:
         """The memory of the live manager job `mirror` belongs to, if there is one."""
