@@ -2,7 +2,8 @@
 
 `SnapshotReader.read(key, memories)` gives one of two snapshots:
 - `Absent`: no job this dispatcher claims has that key: none is in the cache, or the one
-  there is not claimed (kept as `unclaimed`: it may still hold our finalizer);
+  there is not claimed (kept as `unclaimed`: it may still hold our finalizer, and then,
+  with no record, the worker its annotation names and the object of its name there);
 - `Claimed`: the manager job and everything its decision needs: its placement record
   (where it is placed: never from anything a user can write on the job), its worker's
   state, its mirror (or the tombstone of one deleted under it), the live copies of the
