@@ -1,5 +1,5 @@
 """The writes on the manager: the placement record, the job's view of it, its status
-and finalizer, and the events about it.
+and finalizer (the events about it are the controller's, through `EventRecorder`).
 
 The record (a Placement object in the dispatcher's namespace) is written first, the
 job's view of it (annotations, finalizer) after. Each write carries the resourceVersion
@@ -25,7 +25,6 @@ from dispatcher.controllers.jobs.view import desired_view
 from dispatcher.kinds import JobKind
 from dispatcher.kube.informer import Informer
 from dispatcher.kube.resource import Resource
-from dispatcher.observability.events import EventRecorder
 from dispatcher.observability.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -42,13 +41,12 @@ class RecordNamespaceMissing(RuntimeError):
 
 class ManagerWriter:
     def __init__(self, *, kind: JobKind, trainjobs: Informer, records: PlacementRecords,
-                 events: EventRecorder, metrics: Metrics, clock: Clock) -> None:
+                 metrics: Metrics, clock: Clock) -> None:
         self.kind = kind
         self.cache = trainjobs
         self.records = records
         self._placements = Resource(trainjobs.resource.client, PLACEMENTS)
         self._namespace = records.informer.namespace or ""
-        self.events = events
         self.metrics = metrics
         self.clock = clock
         self._jobs = trainjobs.resource
