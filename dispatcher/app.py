@@ -312,9 +312,10 @@ class LeaderTerm:
     def reading(self) -> Reading:
         return termview.reading(
             workers=self.registry.workers.values(), capacity_of=self.capacities.of,
-            placed_and_running=self.jobs.placed_and_running,
+            ledger=self.ledger, jobs=self.trainjobs.store, kind=self.kind,
             pending=len(self.scheduling.pending), queue_depth=len(self.queue),
-            reasons=self.jobs.reasons())
+            reasons=termview.reasons(self.trainjobs.store.values(), claim=self.claim,
+                                     kind=self.kind))
 
     def status_view_build(self, offset: int, limit: int) -> Callable[[], StatusView]:
         return termview.status_view_inputs(

@@ -19,12 +19,10 @@ live mirrors (`Bookkeeper`).
 
 from __future__ import annotations
 
-import collections
 import logging
 from typing import Any
 
 from dispatcher.api import constants as c
-from dispatcher.api.conditions import condition
 from dispatcher.api.placement import PlacementRecord
 from dispatcher.claim import Claim
 from dispatcher.clock import Clock
@@ -74,8 +72,6 @@ from dispatcher.placement.ledger import Booking, Ledger
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
-REASON_NEW = "New"
-"""The metric's label for claimed jobs that have no Dispatched condition yet."""
 _MAX_STEPS = 8
 
 
@@ -489,20 +485,3 @@ class JobsController:
             return Result.done()
         await self.manager.set_waiting(updated, reason, message)
         return None
-
-    # ----- what the metrics count, from the caches -----
-
-    def placed_and_running(self, worker: str) -> tuple[int, int]:
-        """The jobs booked on `worker`, and how many of them run (the kind's rule)."""
-        bookings = self.ledger.jobs_on(worker)
-        return len(bookings), sum(1 for booking in bookings
-                                  if self.kind.running(self.trainjobs.get(booking.key)))
-
-    def reasons(self) -> collections.Counter[str]:
-        """Claimed, unfinished jobs by their Dispatched reason, from the cache."""
-        counts: collections.Counter[str] = collections.Counter()
-        for job in self.trainjobs.store.values():
-            if self.claim.claims(job) and self.kind.finished(job.get("status")) is None:
-                dispatched = condition(job.get("status"), c.CONDITION_DISPATCHED) or {}
-                counts[dispatched.get("reason") or REASON_NEW] += 1
-        return counts
