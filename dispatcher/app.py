@@ -48,12 +48,12 @@ from dispatcher.kube.informer import Informer, InformerSettings
 from dispatcher.kube.leader import lead
 from dispatcher.kube.resource import SECRETS, Resource
 from dispatcher.kube.workqueue import Lane, Result, WorkQueue
+from dispatcher.observability import termview
 from dispatcher.observability.events import EventRecorder
-from dispatcher.observability.gauges import Gauges, Reading, WorkerReading
+from dispatcher.observability.gauges import Gauges, Reading
 from dispatcher.observability.metrics import Metrics
 from dispatcher.observability.server import HealthServer
-from dispatcher.observability.statusview import StatusView, WorkerRow, build_view, worker_row
-from dispatcher.placement.capacity import Capacity
+from dispatcher.observability.statusview import StatusView, build_view
 from dispatcher.placement.ledger import Ledger
 from dispatcher.placement.scheduler import Decision
 from dispatcher.supervision import Body, TaskOwner, guarded
@@ -80,13 +80,32 @@ def _registrations(manager: ClusterClient, config: DispatcherConfig, settings: I
                      name="manager/secrets", clock=clock))
 
 
+class NoAdmissionChecks:
+    """Standalone (no `admissionCheck.controllerName`): no checks to keep, nothing to
+    watch; the jobs' `suspend` is the user's to say."""
+
+    informers: list[Informer] = []
+
+    def job_changed(self, key: str) -> None:
+        pass
+
+    def workers_changed(self) -> None:
+        pass
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()  # nothing to do, for the whole term
+
+
+AdmissionChecks = AdmissionCheckController | NoAdmissionChecks
+
+
 def _admission(term: LeaderTerm, manager: ClusterClient, settings: InformerSettings
-               ) -> AdmissionCheckController | None:
+               ) -> AdmissionChecks:
     """With `admissionCheck.controllerName`: the controller of our Kueue AdmissionChecks,
-    whose Workload news makes the job's reconcile urgent."""
+    whose Workload news makes the job's reconcile urgent; else a stand-in doing nothing."""
     name = term.config.admission_check.controller_name
     if not name:
-        return None
+        return NoAdmissionChecks()
     return AdmissionCheckController(
         controller_name=name, manager=manager, kind=term.kind, claim=term.claim,
         origin=term.config.mirror.origin, trainjobs=term.trainjobs, records=term.records,
@@ -104,13 +123,14 @@ def _jobs_controller(term: LeaderTerm, *, manager: ClusterClient,
         config=cfg, claim=term.claim, kind=kind, trainjobs=term.trainjobs,
         records=term.records, runtimes=runtimes, registry=term.registry, ledger=term.ledger,
         scheduling=term.scheduling, priorities=PriorityCache(manager, clock=clock),
-        clock=clock, gates=term.admission.gate if term.admission is not None else None)
+        clock=clock, gates=(term.admission.gate
+                            if isinstance(term.admission, AdmissionCheckController) else None))
     return JobsController(
         config=cfg, claim=term.claim, kind=kind, registry=term.registry, ledger=term.ledger,
         scheduling=term.scheduling, trainjobs=term.trainjobs, records=term.records,
         reader=reader,
         manager=ManagerWriter(kind=kind, trainjobs=term.trainjobs, records=term.records,
-                              events=term.events, metrics=metrics, clock=clock),
+                              metrics=metrics, clock=clock),
         workers=WorkerWriter(kind=kind, origin=cfg.mirror.origin,
                              create_namespaces=cfg.workers.create_namespaces, metrics=metrics),
         bookkeeper=Bookkeeper(kind=kind, origin=cfg.mirror.origin, ledger=term.ledger,
@@ -147,18 +167,7 @@ class LeaderTerm:
                               settings=settings, name="manager/placements", clock=clock)
         self.records = PlacementRecords(placements)
         worker_clusters, secrets = _registrations(manager, cfg, settings, clock)
-        self.informers = [self.trainjobs, *runtimes.values(), placements,
-                          *(i for i in (worker_clusters, secrets) if i is not None)]
-        self.registry = WorkerRegistry(
-            options=ConnectionOptions(
-                client_settings=client_settings(cfg), informer_settings=settings,
-                kind=kind, origin=cfg.mirror.origin,
-                probe_interval=cfg.workers.probe_interval_seconds,
-                on_change=self._on_worker_change, observer=metrics.observe_request,
-                clock=clock, on_workload=self._on_workload_news,
-                on_runtime=self._on_worker_runtime),
-            on_mirror_event=self._on_mirror_event, on_mirrors_reset=self._on_mirrors_reset,
-        )
+        self.registry = self._registry(settings)
         self.events = EventRecorder(manager, instance=instance, clock=clock)
         self.scheduling = SchedulingLoop(
             ledger=ledger, workers=lambda: capacities.views(self.registry.workers.values()),
@@ -166,8 +175,9 @@ class LeaderTerm:
             on_decision=self._on_decision, on_pass=metrics.scheduling_passes.inc,
         )
         self.admission = _admission(self, manager, settings)
-        if self.admission is not None:
-            self.informers.extend(self.admission.informers)
+        self.informers = [self.trainjobs, *runtimes.values(), placements,
+                          *(i for i in (worker_clusters, secrets) if i is not None),
+                          *self.admission.informers]
         self.started = asyncio.Event()
         """Set once the caches are synced, the workers connected and the ledger rebuilt."""
         self.jobs = _jobs_controller(self, manager=manager, runtimes=runtimes)
@@ -177,7 +187,7 @@ class LeaderTerm:
             missing_runtimes_of=self.scheduling.missing_runtimes)
         self.gc = GarbageCollector(
             manager=manager, trainjobs=self.trainjobs, records=self.records,
-            registry=self.registry, kind=kind,
+            registry=self.registry, claim=claim, kind=kind,
             origin=cfg.mirror.origin, keep_finished=cfg.mirror.keep_finished,
             interval=cfg.gc.interval_seconds, metrics=metrics, clock=clock)
         self.trainjobs.add_handler(self.jobs.on_job_event)
@@ -187,6 +197,20 @@ class LeaderTerm:
         for informer in (worker_clusters, secrets):
             if informer is not None:
                 informer.add_handler(self.worker_clusters.trigger)
+
+    def _registry(self, settings: InformerSettings) -> WorkerRegistry:
+        """The term's worker connections, whose news comes back to the term's callbacks."""
+        cfg = self.config
+        return WorkerRegistry(
+            options=ConnectionOptions(
+                client_settings=client_settings(cfg), informer_settings=settings,
+                kind=self.kind, origin=cfg.mirror.origin,
+                probe_interval=cfg.workers.probe_interval_seconds,
+                on_change=self._on_worker_change, observer=self.metrics.observe_request,
+                clock=self.clock, on_workload=self._on_workload_news,
+                on_runtime=self._on_worker_runtime),
+            on_mirror_event=self._on_mirror_event, on_mirrors_reset=self._on_mirrors_reset,
+        )
 
     async def run(self, *, on_ready: Callable[[], None]) -> None:
         try:
@@ -203,8 +227,7 @@ class LeaderTerm:
                         ("gauges", functools.partial(self.gauges.run, self.reading,
                                                      interval=_GAUGE_INTERVAL_SECONDS))):
                     self._guard(group, name, body)
-                if self.admission is not None:
-                    self._guard(group, "admission-checks", self._run_admission)
+                self._guard(group, "admission-checks", self._run_admission)
         finally:
             await self.tasks.close()
             await self.registry.close()
@@ -229,7 +252,6 @@ class LeaderTerm:
 
     async def _run_admission(self) -> None:
         """Our checks move only once the term knows where every job is."""
-        assert self.admission is not None
         await self.started.wait()
         await self.admission.run()
 
@@ -240,8 +262,7 @@ class LeaderTerm:
             self.metrics.reconciles.labels("error").inc()
             raise
         finally:
-            if self.admission is not None:
-                self.admission.job_changed(key)
+            self.admission.job_changed(key)
         self.metrics.reconciles.labels("done" if result.requeue_after is None
                                        else "requeue").inc()
         return result
@@ -251,8 +272,7 @@ class LeaderTerm:
     def _on_worker_change(self, worker: WorkerConnection) -> None:
         self.jobs.on_worker_change(worker)
         self.worker_clusters.trigger()
-        if self.admission is not None:
-            self.admission.workers_changed()
+        self.admission.workers_changed()
         self.gauges.worker_usable(worker.name, worker.usable())
         if worker.usable() and not worker.collected:
             self.tasks.start_once(f"worker/{worker.name}/gc-on-connect",
@@ -282,7 +302,7 @@ class LeaderTerm:
     def _on_worker_runtime(self, worker: str, event_type: str, obj: dict[str, Any]) -> None:
         """A runtime came, changed or went on a worker: what its pending jobs need there
         (or whether they can run there at all) may have changed."""
-        self.jobs.on_runtime_event(event_type, obj)
+        self.jobs.on_runtime_event(event_type, obj, worker=worker)
 
     def _on_decision(self, decision: Decision) -> None:
         self.jobs.on_decision(decision.key, placed=decision.worker is not None)
@@ -290,32 +310,20 @@ class LeaderTerm:
     # ----- what the gauges and the status page read -----
 
     def reading(self) -> Reading:
-        workers = []
-        for worker in self.registry.workers.values():
-            placed, running = self.jobs.placed_and_running(worker.name)
-            workers.append(WorkerReading(
-                name=worker.name, usable=worker.usable(), placed=placed, running=running,
-                capacity=self.capacities.of(worker),
-                watch_restarts=worker.mirrors.restarts if worker.mirrors else None))
-        return Reading(pending=len(self.scheduling.pending), queue_depth=len(self.queue),
-                       workers=workers, reasons=self.jobs.reasons())
+        return termview.reading(
+            workers=self.registry.workers.values(), capacity_of=self.capacities.of,
+            ledger=self.ledger, jobs=self.trainjobs.store, kind=self.kind,
+            pending=len(self.scheduling.pending), queue_depth=len(self.queue),
+            reasons=termview.reasons(self.trainjobs.store.values(), claim=self.claim,
+                                     kind=self.kind))
 
     def status_view_build(self, offset: int, limit: int) -> Callable[[], StatusView]:
-        """The status view's inputs taken now, from the caches, and the build returned to
-        run later, in a thread. The cached objects are replaced on change, never changed
-        in place, so the build sees a consistent set."""
-        workers: list[WorkerRow] = []
-        crd = self.worker_clusters.worker_clusters
-        for worker in self.registry.workers.values():
-            obj = (crd.get(worker.name) if crd else None) or {}
-            status = self.worker_clusters.desired_status(obj, worker)
-            workers.append(worker_row(worker.name, {"cordoned": worker.spec.cordoned,
-                                                    "drain": worker.spec.drain}, status))
-        return functools.partial(
-            build_view, workers=workers, jobs=list(self.trainjobs.store.values()),
-            claim=self.claim, kind=self.kind,
-            priorities={p.key: p.priority for p in self.scheduling.pending.values()},
-            events=list(self.events.recent), offset=offset, limit=limit)
+        return termview.status_view_inputs(
+            workers=self.registry.workers.values(),
+            registrations=self.worker_clusters.worker_clusters,
+            desired_status=self.worker_clusters.desired_status, jobs=self.trainjobs.store,
+            claim=self.claim, kind=self.kind, pending=self.scheduling.pending.values(),
+            events=self.events.recent, offset=offset, limit=limit)
 
 
 class Dispatcher:
@@ -347,10 +355,6 @@ class Dispatcher:
     @property
     def jobs(self) -> JobsController | None:
         return self.term.jobs if self.term is not None else None
-
-    def capacity_of(self, worker: WorkerConnection) -> Capacity:
-        """The worker's quota, what we and others use of it, and what is free."""
-        return self.capacities.of(worker)
 
     def status_view(self, offset: int = 0, limit: int = 50) -> StatusView:
         """The status page's view from the caches (the jobs this dispatcher claims); what

@@ -81,6 +81,9 @@ REASON_ADOPTED = "Adopted"
 """A live mirror of the job ran without a placement record: recorded where it runs."""
 REASON_NOT_CLAIMED = "NoLongerClaimed"
 """A placed job stopped matching the claim rule: its mirror was deleted."""
+REASON_RUNTIME_CHANGED = "RuntimeChanged"
+"""The job's runtime on its worker changed after it was booked there, before its mirror
+was made: placed again with what it needs now (not an eviction)."""
 REASON_ADMISSION_TIMEOUT = "AdmissionTimeout"
 """The worker's Kueue did not admit the mirror in time: moved, not counted as an eviction."""
 

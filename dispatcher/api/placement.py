@@ -18,6 +18,7 @@ from fractions import Fraction
 from typing import Any
 
 from dispatcher.api.constants import PREFIX
+from dispatcher.kube.informer import job_key
 from dispatcher.kube.resource import ResourceKind
 from dispatcher.placement.quantity import format_quantity
 from dispatcher.placement.validation import DemandError, checked_quantities
@@ -61,7 +62,7 @@ def record_of(obj: JSON) -> PlacementRecord:
         evictions, problem = 0, f"spec.evictions: {evictions!r} is not a count"
     return PlacementRecord(
         uid=str(job.get("uid") or metadata.get("name", "")),
-        key=f"{job.get('namespace', '')}/{job.get('name', '')}",
+        key=job_key(str(job.get("namespace", "")), str(job.get("name", ""))),
         worker=str(spec.get("worker") or ""), demand=demand, evictions=evictions,
         resource_version=str(metadata.get("resourceVersion", "")), problem=problem)
 

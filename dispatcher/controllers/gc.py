@@ -2,9 +2,10 @@
 
 A mirror (a worker object carrying this dispatcher's origin label) is an orphan when its
 manager TrainJob is gone, has another UID (deleted and re-created), is placed on another
-worker by its placement record, or has finished while finished mirrors are not kept. A
-live mirror of an unfinished job with no record at all is no orphan: the job controller
-adopts it (an earlier version kept placements in annotations). Candidates come from the
+worker by its placement record, has finished while finished mirrors are not kept, or is
+no longer claimed by this dispatcher and has no record. A live mirror of an unfinished,
+claimed job with no record at all is no orphan: the job controller adopts it (an earlier
+version kept placements in annotations). Candidates come from the
 caches; each is confirmed against the API server (the job and its record) before it is
 deleted, with the mirror's UID as a precondition, so a mirror created a moment ago is
 never lost: its record was written before it.
@@ -22,6 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.api import constants as c
 from dispatcher.api.placement import PLACEMENTS, PlacementRecord, record_of
+from dispatcher.claim import Claim
 from dispatcher.clock import Clock
 from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
@@ -37,7 +39,7 @@ JSON = dict[str, Any]
 
 class GarbageCollector:
     def __init__(self, *, manager: ClusterClient, trainjobs: Informer,
-                 records: PlacementRecords, registry: WorkerRegistry,
+                 records: PlacementRecords, registry: WorkerRegistry, claim: Claim,
                  kind: JobKind, origin: str, keep_finished: bool, interval: float,
                  metrics: Metrics, clock: Clock) -> None:
         self._jobs = Resource(manager, kind.kind)
@@ -45,6 +47,7 @@ class GarbageCollector:
         self._cache = trainjobs
         self._records = records
         self._registry = registry
+        self._claim = claim
         self._kind = kind
         self._origin = origin
         self._keep_finished = keep_finished
@@ -63,6 +66,8 @@ class GarbageCollector:
         if record is not None and record.placed:
             return None if record.worker == worker else (
                 f"its job is placed on worker {record.worker}")
+        if record is None and not self._claim.claims(job):
+            return "its manager TrainJob is not claimed by this dispatcher (nothing adopts it)"
         if self._kind.finished(job.get("status")):
             return None if self._keep_finished else "its manager TrainJob has finished"
         if record is not None:

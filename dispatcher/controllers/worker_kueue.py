@@ -38,6 +38,7 @@ from dispatcher.kube.informer import (
     ConnectionHandler,
     Informer,
     InformerSettings,
+    job_key,
     object_key,
 )
 from dispatcher.kube.resource import Resource
@@ -91,7 +92,7 @@ def owner_key(workload: JSON) -> str | None:
     metadata = workload.get("metadata") or {}
     for ref in metadata.get("ownerReferences") or []:
         if ref.get("controller"):
-            return f"{metadata.get('namespace', '')}/{ref.get('name')}"
+            return job_key(metadata.get("namespace", ""), str(ref.get("name")))
     return None
 
 
@@ -131,8 +132,7 @@ class WorkerKueue:
         return self._held.get(object_key(workload)) if workload is not None else None
 
     def _on_workload(self, event_type: str, workload: JSON) -> None:
-        metadata = workload["metadata"]
-        key = f"{metadata.get('namespace', '')}/{metadata['name']}"
+        key = object_key(workload)
         previous = self._held.pop(key, None)
         if previous is not None:
             self.reserved[previous.cluster_queue] = resources.subtract(

@@ -58,6 +58,12 @@ def object_key(obj: Mapping[str, Any]) -> str:
     return f"{namespace}/{metadata['name']}" if namespace else str(metadata["name"])
 
 
+def job_key(namespace: str, name: str) -> str:
+    """The key of the job `namespace/name` (what `object_key` gives its object), for
+    readers that know the job only by name: a record's, a Workload owner's."""
+    return f"{namespace}/{name}"
+
+
 class ResourceVersionExpired(Exception):
     """The watch's resourceVersion is too old (410 Gone): list again."""
 

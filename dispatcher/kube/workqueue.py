@@ -97,6 +97,10 @@ class WorkQueue:
     def __len__(self) -> int:
         return len(self._queued) + len(self._due)
 
+    def idle(self) -> bool:
+        """No key is ready or being reconciled (keys due later may wait)."""
+        return not self._queued and not self._processing
+
     def add(self, key: str, *, lane: Lane = Lane.ORDINARY) -> None:
         if key in self._processing:
             self._dirty[key] = min(lane, self._dirty.get(key, lane))

@@ -16,7 +16,13 @@ _WAIT_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
+        self._job_metrics(self.registry)
+        self._latency_metrics(self.registry)
+        self._worker_metrics(self.registry)
+        self._process_metrics(self.registry)
+
+    def _job_metrics(self, r: CollectorRegistry) -> None:
+        """What happens to the jobs: states, placements, evictions, reconciles."""
         self.jobs = Gauge("dispatcher_jobs", "Claimed, unfinished TrainJobs by state (pending; "
                           "placed, of which running: a pod ready) and worker ('' while "
                           "pending).",
@@ -49,6 +55,10 @@ class Metrics:
             "placement record and were rewritten from it.", registry=r)
         self.garbage_collected = Counter("dispatcher_mirrors_garbage_collected_total",
                                          "Orphan mirrors deleted.", ["worker"], registry=r)
+        self.pending_jobs = Gauge("dispatcher_pending_jobs",
+                                  "Claimed jobs waiting for a placement.", registry=r)
+
+    def _latency_metrics(self, r: CollectorRegistry) -> None:
         self.dispatch_latency = Histogram(
             "dispatcher_dispatch_latency_seconds",
             "From the manager TrainJob's creation to its mirror created on a worker.",
@@ -61,6 +71,9 @@ class Metrics:
             "dispatcher_quota_wait_seconds",
             "Time a job waited in the queue before it was placed.",
             buckets=_WAIT_BUCKETS, registry=r)
+
+    def _worker_metrics(self, r: CollectorRegistry) -> None:
+        """Each worker: usable or not, and its quota as booked, used by others and free."""
         self.worker_active = Gauge(
             "dispatcher_worker_active",
             "1 when the worker is usable: connected, healthy (probe and watches) and its "
@@ -80,6 +93,9 @@ class Metrics:
                                  "Quota the worker can still give this dispatcher now, per "
                                  "worker and resource.",
                                  ["worker", "resource"], registry=r)
+
+    def _process_metrics(self, r: CollectorRegistry) -> None:
+        """The process: API requests, watches, the reconcile queue, leadership."""
         self.api_requests = Counter("dispatcher_api_requests_total",
                                     "API requests by cluster, verb and HTTP code (0: no answer).",
                                     ["cluster", "verb", "code"], registry=r)
@@ -91,8 +107,6 @@ class Metrics:
                                     ["cluster"], registry=r)
         self.queue_depth = Gauge("dispatcher_workqueue_depth",
                                  "Keys waiting in the reconcile queue.", registry=r)
-        self.pending_jobs = Gauge("dispatcher_pending_jobs",
-                                  "Claimed jobs waiting for a placement.", registry=r)
         self.leader = Gauge("dispatcher_leader", "1 while this replica leads.", registry=r)
 
     def observe_request(self, cluster: str, verb: str, code: int, seconds: float) -> None:

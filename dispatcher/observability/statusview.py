@@ -11,9 +11,11 @@ One pure function, `build_view`, turns plain objects into the view that the stat
 - activity is the dispatcher's Events (`events.k8s.io/v1`): listed by the CLI, kept in
   memory by the page.
 
-The queue is ordered by the scheduler's own order (`placement.scheduler.queue_order`:
-priority, then creation time, then key); a view holds one page of it and of the placed
-jobs, plus counts per state, reason and namespace, so it stays small with 10,000 jobs.
+The queue is the scheduler's: its members are the jobs whose Dispatched reason the
+scheduler counts as a place in it (`placement.scheduler.in_queue`), in its own order
+(`queue_order`: priority, then creation time, then key). A view holds one page of it
+and of the placed jobs, plus counts per state, reason and namespace, so it stays small
+with 10,000 jobs.
 """
 
 from __future__ import annotations
@@ -32,18 +34,9 @@ from dispatcher.kube.informer import object_key
 from dispatcher.observability import jobstate as js
 from dispatcher.observability.jobstate import JobState, job_state
 from dispatcher.placement.quantity import QuantityError, parse_quantity
-from dispatcher.placement.scheduler import queue_order
+from dispatcher.placement.scheduler import in_queue, queue_order
 
 JSON = dict[str, Any]
-QUEUED_STATES = frozenset({
-    c.REASON_WAITING_FOR_QUOTA, c.REASON_NO_ACTIVE_WORKER, js.STATE_PENDING,
-    # taken off a worker and requeued; the next scheduling pass gives the new reason
-    c.REASON_EVICTED, c.REASON_WORKER_LOST, c.REASON_MIRROR_GONE, c.REASON_MIRROR_EVICTED,
-    c.REASON_DRAINED, c.REASON_RETRYING_FAILURE, c.REASON_MIRROR_REJECTED,
-    c.REASON_NAME_CONFLICT,
-})
-"""States of a job in the queue: the scheduler considers it on every pass. Held jobs
-(Unschedulable, RuntimeNotFound, Suspended) wait for a change, not for quota."""
 PLACED_STATES = frozenset({js.STATE_PLACED, js.STATE_RUNNING})
 _POSITION_NOTE = re.compile(r" \(position \d+ in the queue\)$")
 """The position the Dispatched message had when written; the view gives the current one."""
@@ -243,7 +236,7 @@ def build_view(
         namespace, name = str(metadata.get("namespace", "")), str(metadata["name"])
         by_state[state.state] += 1
         by_namespace[namespace] += 1
-        if state.state in QUEUED_STATES:
+        if in_queue(state.state):
             key = object_key(job)
             order = queue_order(priority=priorities.get(key, 0),
                                 created=str(metadata.get("creationTimestamp", "")), key=key)

@@ -50,6 +50,18 @@ def queue_order(*, priority: int, created: str, key: str) -> tuple[int, str, str
     return (-priority, created, key)
 
 
+QUEUED_REASONS = frozenset({c.REASON_WAITING_FOR_QUOTA, c.REASON_NO_ACTIVE_WORKER})
+"""The verdicts of a job that holds a place in the queue."""
+
+
+def in_queue(reason: str) -> bool:
+    """The queue's one membership rule: a job whose verdict is `reason` holds a place in
+    the queue (it waits for room, or for a worker to come back, and each pass counts it
+    toward `Decision.position`); Unschedulable, ineligible and not yet judged jobs do
+    not. The scheduler, the status page and `dispatcher jobs` all ask this."""
+    return reason in QUEUED_REASONS
+
+
 @dataclass(frozen=True)
 class PendingJob:
     key: str
@@ -221,33 +233,34 @@ def schedule(
     decisions: list[Decision] = []
     blocked_by: str | None = None
     waiting = 0
+
+    def wait(job: PendingJob, reason: str, message: str) -> None:
+        nonlocal waiting
+        waiting += in_queue(reason)
+        decisions.append(Decision(job.key, job.uid, None, reason, message,
+                                  waiting if in_queue(reason) else 0))
+
     for job in sorted(pending, key=PendingJob.order):
         matching = [w for w in views if job.selector(w.labels)]
         eligible = [w for w in matching if w.name not in job.excluded
                     and w.name not in job.missing_on
                     and w.knows_priority_class(job.priority_class)]
         if not eligible:
-            decisions.append(Decision(job.key, job.uid, None, _ineligible_reason(job, matching),
-                                      _ineligible_message(job, matching)))
+            wait(job, _ineligible_reason(job, matching), _ineligible_message(job, matching))
             continue
         holders = [w for w in eligible if resources.fits(job.demand_of(w.name), w.quota)]
         if not holders:
-            decisions.append(Decision(job.key, job.uid, None, c.REASON_UNSCHEDULABLE,
-                                      _never_fits_message(job, eligible)))
+            wait(job, c.REASON_UNSCHEDULABLE, _never_fits_message(job, eligible))
             continue
         usable = [w for w in holders if w.active and not w.cordoned]
         if not usable:
-            waiting += 1
-            decisions.append(Decision(job.key, job.uid, None, c.REASON_NO_ACTIVE_WORKER,
-                                      _no_active_worker_message(holders), waiting))
+            wait(job, c.REASON_NO_ACTIVE_WORKER, _no_active_worker_message(holders))
             continue
         fitting = [w for w in usable if resources.fits(job.demand_of(w.name), w.free())]
         if blocked_by is not None or not fitting:
-            waiting += 1
             message = (f"waiting behind {blocked_by} (StrictFIFO)" if blocked_by and fitting
                        else _waiting_message(job, usable))
-            decisions.append(Decision(job.key, job.uid, None, c.REASON_WAITING_FOR_QUOTA,
-                                      message, waiting))
+            wait(job, c.REASON_WAITING_FOR_QUOTA, message)
             if strategy == QueueingStrategy.STRICT_FIFO and blocked_by is None:
                 blocked_by = job.key
             continue

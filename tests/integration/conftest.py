@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -201,10 +201,42 @@ async def a_pass_after(dispatcher: Dispatcher) -> None:
 
 
 async def reconciled(dispatcher: Dispatcher, times: int) -> None:
-    """Wait until `dispatcher` has reconciled its jobs `times` times in all."""
+    """Wait until `dispatcher` has reconciled its jobs `times` times in all (of any key:
+    to wait for particular jobs, `looked_at`)."""
     async def enough() -> bool:
         return counted(dispatcher, "dispatcher_reconciles_total") >= times
     await eventually(enough, timeout=20)
+
+
+async def settled(dispatcher: Dispatcher, *, timeout: float = 20.0) -> None:
+    """Wait for a scheduling pass that began after this call, then for the dispatcher to
+    carry it out: no reservation left to record and no key ready or being reconciled. A
+    pass only reserves; the record and the mirror are written after it, by the
+    reconciles it enqueued. What the manager and the workers show then is what the
+    dispatcher made of everything done before the call."""
+    await a_pass_after(dispatcher)
+    jobs = dispatcher.jobs
+    assert jobs is not None
+
+    async def quiet() -> bool:
+        return not jobs.scheduling.reservations and jobs.queue.idle()
+    await eventually(quiet, timeout=timeout)
+
+
+async def looked_at(dispatcher: Dispatcher, uids: Iterable[str], *,
+                    timeout: float = 20.0) -> None:
+    """Wait until `dispatcher` has reconciled each of these jobs (a reconcile records the
+    demand its snapshot computed in the job's memory) and acted on them (no key ready or
+    being reconciled)."""
+    jobs = dispatcher.jobs
+    assert jobs is not None
+    wanted = set(uids)
+
+    async def seen() -> bool:
+        missing = {uid for uid in wanted
+                   if (memory := jobs.memories.get(uid)) is None or memory.demand is None}
+        return not missing and jobs.queue.idle()
+    await eventually(seen, timeout=timeout)
 
 
 async def complete_mirror(admin_clients: dict[str, ClusterClient], worker: str, name: str,

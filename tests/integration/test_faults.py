@@ -84,10 +84,22 @@ async def test_short_outage_evicts_nothing(
     async def b_usable(usable: bool) -> bool:
         assert dispatcher.registry is not None
         return dispatcher.registry.workers["worker-b"].usable() is usable
+
+    def requeued() -> float:
+        return dispatcher.metrics.registry.get_sample_value(
+            "dispatcher_reconciles_total", {"result": "requeue"}) or 0.0
+
+    async def looked_at_b(floor: float) -> bool:
+        return requeued() >= floor
+    on_b = [name for name, worker in before.items() if worker == "worker-b"]
+    assert on_b, before
+    seen = requeued()
     worker_b.pause()
     try:  # an outage the dispatcher sees, shorter than the lost timeout
         await eventually(lambda: b_usable(False), timeout=20)
-        await asyncio.sleep(2)
+        # Proof it looked: each job on worker-b was reconciled and told to wait for the
+        # worker (a requeue), not evicted.
+        await eventually(lambda: looked_at_b(seen + len(on_b)), timeout=10)
     finally:
         worker_b.resume()
     await eventually(lambda: b_usable(True), timeout=20)  # it saw the outage end

@@ -291,6 +291,68 @@ async def test_a_placed_job_that_stops_being_claimed_is_withdrawn_and_can_be_del
         await eventually(lambda: _gone(jobs, "labelled", namespace), timeout=10)
 
 
+async def test_a_placed_job_unlabelled_and_deleted_at_once_leaves_nothing_behind(
+    start_dispatcher: StartDispatcher, control_plane: LocalControlPlane,
+    admin_clients: dict[str, ClusterClient], namespace: str,
+) -> None:
+    """The claim label removed and the job deleted in one breath: the job no longer
+    claimed still holds our finalizer, so its mirror goes, then the finalizer and the
+    record, and the deletion completes."""
+    await start_dispatcher(claim={"namespaces": [namespace], "labelSelector": "team=a"})
+    async with namespace_editor(control_plane, admin_clients["manager"], namespace) as user:
+        jobs = Resource(user, TRAINJOBS)
+        job = await jobs.create(full_job("brief", namespace, labels={"team": "a"}),
+                                namespace=namespace)
+        fleet = Fleet(admin_clients, namespace)
+        await eventually(lambda: fleet.mirrors_of("brief"), timeout=15)
+        await jobs.merge_patch("brief", {"metadata": {"labels": {"team": None}}},
+                               namespace=namespace)
+        await jobs.delete("brief", namespace=namespace)
+        await eventually(lambda: _gone(jobs, "brief", namespace), timeout=15)
+    assert await fleet.mirrors_of("brief") == []
+    assert await placement_of(admin_clients["manager"], namespace,
+                              job["metadata"]["uid"]) is None
+    assert not await fleet.invariants()
+
+
+async def test_a_job_an_earlier_version_placed_that_is_no_longer_claimed_is_released(
+    start_dispatcher: StartDispatcher, control_plane: LocalControlPlane,
+    admin_clients: dict[str, ClusterClient], namespace: str,
+) -> None:
+    """An earlier version placed the job by annotation and finalizer (no record); the
+    claim no longer matches it. Nothing adopts it, but our finalizer is ours to clean
+    up: its mirror (ours by origin label and manager UID) goes, then the finalizer, with
+    an event saying why; the job can then be deleted."""
+    jobs = Resource(admin_clients["manager"], TRAINJOBS)
+    job = await jobs.create(full_job("former", namespace, labels={"team": "b"}),
+                            namespace=namespace)
+    await Resource(admin_clients["worker-b"], TRAINJOBS).create(
+        KIND.build_mirror(job, origin=namespace, local_queue=""), namespace=namespace)
+    await jobs.merge_patch("former", {"metadata": {
+        "finalizers": [c.FINALIZER],
+        "annotations": {c.ANNOTATION_CLUSTER: "worker-b", c.ANNOTATION_DEMAND: "cpu=4"}}},
+        namespace=namespace)
+    await start_dispatcher(
+        claim={"namespaces": [namespace], "labelSelector": "team=a"},
+        workers={"static": [
+            {"name": w, "kubeconfig": str(control_plane.clusters[w].kubeconfig_path),
+             "quota": QUOTA} for w in WORKERS]})
+    fleet = Fleet(admin_clients, namespace)
+
+    async def released() -> bool:
+        current = await jobs.get("former", namespace=namespace) or {}
+        return (not await fleet.mirrors_of("former")
+                and c.FINALIZER not in (current["metadata"].get("finalizers") or []))
+    await eventually(released, timeout=20)
+    await eventually(lambda: events_of(admin_clients["manager"], namespace, "former",
+                                       c.REASON_NOT_CLAIMED), timeout=10)
+    assert await placement_of(admin_clients["manager"], namespace,
+                              job["metadata"]["uid"]) is None
+    await jobs.delete("former", namespace=namespace)
+    await eventually(lambda: _gone(jobs, "former", namespace), timeout=10)
+    assert not await fleet.invariants()
+
+
 async def _gone(jobs: Resource, name: str, namespace: str) -> bool:
     return await jobs.get(name, namespace=namespace) is None
 

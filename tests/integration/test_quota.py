@@ -14,10 +14,10 @@ from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
 from tests.integration.conftest import (
     StartDispatcher,
-    a_pass_after,
     complete_mirror,
     eventually,
-    reconciled,
+    looked_at,
+    settled,
     trainjobs_refused,
 )
 
@@ -74,8 +74,8 @@ async def test_exactly_the_jobs_that_fit_are_placed_and_a_restart_books_nothing_
     async def ten_placed() -> dict[str, str] | None:
         placed = await placement(admin_clients, namespace)
         return placed if sum(1 for w in placed.values() if w) == 10 else None
-    placed = await eventually(ten_placed, timeout=20)
-    await a_pass_after(first)
+    await eventually(ten_placed, timeout=20)
+    await settled(first)
     placed = await placement(admin_clients, namespace)
     assert sorted(w for w in placed.values() if w) == ["worker-a"] * 4 + ["worker-b"] * 6
     assert await eventually(lambda: _counts_are(admin_clients, namespace, 4, 6))
@@ -89,8 +89,10 @@ async def test_exactly_the_jobs_that_fit_are_placed_and_a_restart_books_nothing_
     # A restart in the middle: the new dispatcher rebuilds the ledger and over-books nothing.
     await start_dispatcher.stop(first)
     second = await start_dispatcher(**config)
-    await reconciled(second, len(names))  # it has looked at every job, placed or waiting
-    await a_pass_after(second)
+    listed = await Resource(admin_clients["manager"], TRAINJOBS).list(namespace=namespace)
+    # It has looked at every job, placed or waiting, and carried out a pass after that.
+    await looked_at(second, [j["metadata"]["uid"] for j in listed["items"]])
+    await settled(second)
     assert await mirror_counts(admin_clients, namespace) == {"worker-a": 4, "worker-b": 6}
 
     # Completing one job on worker-a frees room for exactly one more there.
@@ -102,7 +104,7 @@ async def test_exactly_the_jobs_that_fit_are_placed_and_a_restart_books_nothing_
         newly = [n for n, w in now.items() if w == "worker-a" and n != done and not placed[n]]
         return len(newly) == 1
     await eventually(next_placed, timeout=10)
-    await a_pass_after(second)
+    await settled(second)
     assert await mirror_counts(admin_clients, namespace) == {"worker-a": 4, "worker-b": 6}
 
 

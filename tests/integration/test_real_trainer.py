@@ -534,3 +534,64 @@ async def test_a_mirror_held_by_the_workers_kueue_waits_suspended_then_resumes_a
     resumed = condition(job, "Suspended")
     assert (resumed["status"], resumed["reason"]) == ("False", "Resumed"), resumed
     assert c.ANNOTATION_EVICTIONS not in (job["metadata"].get("annotations") or {})
+
+
+async def test_a_workers_runtime_edited_before_the_mirror_is_made_rebooks_the_job(
+    chain: Chain, dispatchers: DispatcherRunner, chain_namespace: str,
+) -> None:
+    """Never a booking computed from one runtime for pods made from another. The job is
+    booked on worker-a (2 nodes x 1 CPU) and waits for its mirror (the dispatcher is
+    down, its mirror gone); worker-a's admin edits the runtime in place to 3 CPU a pod.
+    The dispatcher comes back: the job is placed again (not an eviction), booked at what
+    worker-a's runtime makes of it now, and its pods ask for exactly that."""
+    namespace = chain_namespace
+    clients = chain.clients
+    name = f"{namespace}-edited"
+    runtimes = {cluster: Resource(clients[cluster], CLUSTER_TRAINING_RUNTIMES)
+                for cluster in ("manager", "worker-a")}
+    for resource in runtimes.values():  # worker-b lacks it: the job goes to worker-a
+        await resource.apply(sized(runtime(name), cpu="1", runs_for="60s"),
+                             field_manager="tests")
+    settings: dict[str, Any] = dict(mirror={"origin": namespace}, workers={"static": [
+        {"name": w, "kubeconfig": str(chain.plane.clusters[w].kubeconfig_path),
+         "quota": NODES.total()} for w in WORKERS]})
+    jobs = Resource(clients["manager"], TRAINJOBS)
+    mirrors = Resource(clients["worker-a"], TRAINJOBS)
+
+    async def booked(cpu: str) -> dict[str, Any] | None:
+        job = await jobs.get("edited", namespace=namespace) or {"metadata": {}}
+        annotations = job["metadata"].get("annotations") or {}
+        mirror = await mirrors.get("edited", namespace=namespace) or {"metadata": {}}
+        on_mirror = (mirror["metadata"].get("annotations") or {}).get(c.ANNOTATION_DEMAND, "")
+        return job if (annotations.get(c.ANNOTATION_CLUSTER) == "worker-a"
+                       and f"cpu={cpu}" in annotations.get(c.ANNOTATION_DEMAND, "").split(",")
+                       and f"cpu={cpu}" in on_mirror.split(",")) else None
+    try:
+        first = await dispatchers(**settings)
+        await jobs.create(trainjob("edited", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                                   runtime=name, num_nodes=2), namespace=namespace)
+        await eventually(lambda: booked("2"), timeout=30)
+        await dispatchers.stop(first)
+        await mirrors.delete("edited", namespace=namespace)
+        await eventually(lambda: _absent(mirrors, "edited", namespace), timeout=30)
+        await runtimes["worker-a"].apply(sized(runtime(name), cpu="3", runs_for="60s"),
+                                         field_manager="tests")
+        await dispatchers(**settings)
+        job = await eventually(lambda: booked("6"), timeout=30)
+        assert c.ANNOTATION_EVICTIONS not in job["metadata"]["annotations"]
+
+        async def pods_asking_3() -> bool:
+            pods = (await Resource(clients["worker-a"], PODS).list(
+                namespace=namespace))["items"]
+            mine = [p for p in pods if p["metadata"]["name"].startswith("edited-")]
+            return len(mine) == 2 and all(
+                p["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "3"
+                for p in mine)
+        await eventually(pods_asking_3, timeout=45)
+    finally:
+        for resource in runtimes.values():
+            await resource.delete(name)
+
+
+async def _absent(resource: Resource, name: str, namespace: str) -> bool:
+    return await resource.get(name, namespace=namespace) is None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import signal
 import subprocess
@@ -10,12 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 
 from devkit.factories import trainjob
 from devkit.invariants import check_invariants
 from devkit.localcluster import LocalControlPlane
+from devkit.localcluster.access import free_port
 from devkit.localcluster.cluster import create_namespace
 from dispatcher.admin import register_worker, secret_name
 from dispatcher.api import constants as c
@@ -114,6 +115,19 @@ async def _placements(admin_clients: dict[str, ClusterClient], namespace: str,
     return found
 
 
+async def _passes(port: int) -> float:
+    """The scheduling passes a dispatcher process has run, from its /metrics (0 while it
+    does not answer yet)."""
+    try:
+        async with aiohttp.ClientSession() as session, session.get(
+                f"http://127.0.0.1:{port}/metrics") as response:
+            text = await response.text()
+    except aiohttp.ClientError:
+        return 0.0
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("dispatcher_scheduling_passes_total"))
+
+
 async def test_sigkilled_dispatcher_restarts_without_duplicates_or_losses(
     control_plane: LocalControlPlane, admin_clients: dict[str, ClusterClient], namespace: str,
     runtime_installed: dict[str, Any], tmp_path: Path,
@@ -124,6 +138,7 @@ async def test_sigkilled_dispatcher_restarts_without_duplicates_or_losses(
     for worker in config["workers"]["static"]:
         worker["quota"] = quota
     config["managerKubeconfig"] = str(control_plane.clusters["manager"].kubeconfig_path)
+    port = config["server"]["port"] = free_port()
     config_path = tmp_path / "dispatcher.yaml"
     config_path.write_text(yaml.safe_dump(config))
     log = (tmp_path / "dispatcher.log").open("ab")
@@ -154,8 +169,21 @@ async def test_sigkilled_dispatcher_restarts_without_duplicates_or_losses(
         async def all_placed() -> dict[str, list[str]] | None:
             placed = await _placements(admin_clients, namespace, names)
             return placed if all(placed[n] for n in names) else None
-        placed = await eventually(all_placed, timeout=90)
-        await asyncio.sleep(1.0)
+        await eventually(all_placed, timeout=90)
+        # Proof the dispatcher looked again after all were placed: a job no worker can
+        # hold makes it run a scheduling pass, counted on its /metrics, and say so.
+        passes = await _passes(port)
+        await jobs.create(trainjob("too-big", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                                   resources_per_node={"requests": {"cpu": "500"}}),
+                          namespace=namespace)
+
+        async def looked_again() -> bool:
+            job = await jobs.get("too-big", namespace=namespace) or {}
+            reasons = [cond.get("reason") for cond in (job.get("status") or {}).get(
+                "conditions") or [] if cond["type"] == c.CONDITION_DISPATCHED]
+            return (await _passes(port) > passes
+                    and reasons == [c.REASON_UNSCHEDULABLE])
+        await eventually(looked_again, timeout=30)
         placed = await _placements(admin_clients, namespace, names)
         assert all(len(workers) == 1 for workers in placed.values()), placed
         for name in names:

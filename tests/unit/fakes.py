@@ -5,7 +5,8 @@
 request; its watch streams never deliver anything. `cache` is an `Informer` that is never
 run: its store is set by the test and it counts as synced. `connection_options` and
 `worker` make worker connections on a given clock (`worker` one that is never opened,
-whose state the test sets), and `FakeRegistry` holds them. No API server, no sockets.
+whose state the test sets), and `FakeRegistry` holds them (found by name with `get`).
+No API server, no sockets.
 """
 
 from __future__ import annotations
@@ -115,6 +116,9 @@ class FakeRegistry:
     def __init__(self, *workers: WorkerConnection) -> None:
         self.workers = {w.name: w for w in workers}
         self.applied: list[list[str]] = []
+
+    def get(self, name: str) -> WorkerConnection | None:
+        return self.workers.get(name)
 
     async def apply(self, specs: Iterable[WorkerSpec],
                     lost_since: dict[str, float] | None = None) -> None:

@@ -168,13 +168,47 @@ def check(snapshot: Snapshot, memory: JobMemory, expected: a.Action,
 
 
 ARGS = ("snapshot", "memory", "expected")
+EVICTION: dict[str, Any] = {"eviction": True, "event_reason": c.REASON_EVICTED,
+                            "count_requeue": True}
+"""An eviction: counted, a Warning event Evicted, requeued after its backoff."""
+
+
+def unclaimed_dropped(why: str) -> a.DropFinalizer:
+    """Our finalizer dropped from a placed job no longer claimed, the event saying `why`."""
+    return a.DropFinalizer(job(placed=True), reason=c.REASON_NOT_CLAIMED,
+                           message=f"no longer claimed by this dispatcher: finalizer "
+                                   f"{c.FINALIZER} dropped; {why}")
 
 
 @pytest.mark.parametrize(ARGS, **table(
     ("gone", absent(), a.Forget()),
     ("not claimed", absent(unclaimed=job()), a.Forget()),
-    ("a finalizer on a job we do not claim, no record of it: not ours to judge",
-     absent(unclaimed=job(placed=True)), a.Forget()),
+    ("placed by an earlier version (no record), no longer claimed: its mirror goes first",
+     absent(unclaimed=job(placed=True), hinted_worker=ACTIVE, hinted_mirror=mirror()),
+     a.DeleteMirror("w", mirror())),
+    ("the same, the object there is not ours (another origin): left alone",
+     absent(unclaimed=job(placed=True), hinted_worker=ACTIVE,
+            hinted_mirror=mirror(origin="someone")),
+     unclaimed_dropped("no mirror of it is left on worker w")),
+    ("the same, the object there is another job's: left alone",
+     absent(unclaimed=job(placed=True), hinted_worker=ACTIVE,
+            hinted_mirror=mirror(uid=OLD_UID)),
+     unclaimed_dropped("no mirror of it is left on worker w")),
+    ("the same, its mirror gone: the finalizer is dropped and the job told why",
+     absent(unclaimed=job(placed=True), hinted_worker=ACTIVE),
+     unclaimed_dropped("no mirror of it is left on worker w")),
+    ("the same, its worker unreachable: waited for",
+     absent(unclaimed=job(placed=True), hinted_worker=lost(10), hinted_mirror=mirror()),
+     a.Requeue(5.0)),
+    ("the same, its worker lost past the timeout: given up on (the GC cleans up)",
+     absent(unclaimed=job(placed=True), hinted_worker=lost(61)),
+     unclaimed_dropped(
+         "worker w is lost (its garbage collector deletes a mirror left there once it answers)")),
+    ("the same, its worker not registered: the finalizer is dropped",
+     absent(unclaimed=job(placed=True)), unclaimed_dropped("worker w is not registered")),
+    ("the same, deleted at once: the same clean-up",
+     absent(unclaimed=job(placed=True, deleting=True), hinted_worker=ACTIVE,
+            hinted_mirror=mirror()), a.DeleteMirror("w", mirror())),
     ("job deleted without our finalizer: its mirror is deleted at once",
      absent(leftover=Leftover(record(uid=OLD_UID), ACTIVE, mirror(uid=OLD_UID))),
      a.DeleteMirror("w", mirror(uid=OLD_UID))),
@@ -258,6 +292,20 @@ def test_a_queued_job_shows_the_schedulers_last_word_and_its_place() -> None:
     assert isinstance(action, a.Enqueue) and action.message == "needs 100 cpu"
 
 
+def test_a_reason_the_job_is_at_fault_for_is_an_event_once() -> None:
+    """The Warning event goes with the first time the status says so, not every
+    reconcile after."""
+    error = DemandError("spec.trainer.numNodes: 0 must be at least 1",
+                        reason=c.REASON_INVALID_RESOURCES)
+    first = decide(pending(demand=None, demand_error=error), JobMemory(), CONFIG, kind=KIND)
+    assert isinstance(first, a.Wait) and first.warn
+    shown = {"conditions": [condition(c.CONDITION_DISPATCHED, first.reason, first.message,
+                                      "False")]}
+    again = decide(pending(job=job(status=shown), demand=None, demand_error=error),
+                   JobMemory(), CONFIG, kind=KIND)
+    assert again == dataclasses.replace(first, warn=False)
+
+
 def test_an_unparsable_cluster_selector_is_its_own_reason() -> None:
     snapshot = pending(job=job(annotations={c.ANNOTATION_CLUSTER_SELECTOR: "gpu in (a"}))
     action = decide(snapshot, JobMemory(), CONFIG, kind=KIND)
@@ -274,6 +322,21 @@ def test_an_unparsable_cluster_selector_is_its_own_reason() -> None:
      placed(booked=False, demand={"cpu": Fraction(3), "pods": Fraction(1)}),
      a.Book("w", {"cpu": Fraction(3), "pods": Fraction(1)})),
     ("mirror: create", placed(), a.CreateMirror("w", DEMAND)),
+    ("mirror: the worker's runtime still gives the booked demand: create",
+     placed(demand_there=DEMAND), a.CreateMirror("w", DEMAND)),
+    ("mirror: the worker's runtime changed since the booking: placed again, not an eviction",
+     placed(demand_there={"cpu": Fraction(4), "pods": Fraction(2)}),
+     a.Unplace("w", c.REASON_RUNTIME_CHANGED,
+               "the ClusterTrainingRuntime 'torch' of worker w changed after the job was "
+               "booked there: it needs cpu=4,pods=2 there, not the cpu=2,pods=1 booked; "
+               "placed again", eviction=False, event_reason=c.REASON_RUNTIME_CHANGED,
+               count_requeue=True)),
+    ("mirror: the worker's runtime is gone since the booking: placed again",
+     placed(cannot_run_there="has no ClusterTrainingRuntime 'torch'"),
+     a.Unplace("w", c.REASON_RUNTIME_CHANGED,
+               "worker w has no ClusterTrainingRuntime 'torch' (its runtime changed after "
+               "the job was booked there); placed again", eviction=False,
+               event_reason=c.REASON_RUNTIME_CHANGED, count_requeue=True)),
     ("mirror: the worker refused the one just asked for: rejected with its reason",
      placed(), JobMemory(refused=Refusal("w", c.REASON_MIRROR_REJECTED, "w rejected it")),
      a.Reject("w", c.REASON_MIRROR_REJECTED, "w rejected it")),
@@ -313,7 +376,8 @@ def test_an_unparsable_cluster_selector_is_its_own_reason() -> None:
      placed(worker=WITH_KUEUE, mirror=mirror(suspend=True, age=121),
             workload=PENDING_WORKLOAD),
      a.Unplace("w", c.REASON_ADMISSION_TIMEOUT, f"not admitted by the Kueue of worker w in "
-               f"121s ({NO_QUOTA}); placed again elsewhere", eviction=False, exclude=True,
+               f"121s ({NO_QUOTA}); placed again elsewhere", eviction=False,
+               event_reason=c.REASON_ADMISSION_TIMEOUT, count_requeue=True, exclude=True,
                mirror=mirror(suspend=True, age=121))),
     ("admission: admitted, running",
      placed(worker=WITH_KUEUE, mirror=mirror(status=RUNNING), workload=ADMITTED_WORKLOAD),
@@ -333,37 +397,37 @@ def test_an_unparsable_cluster_selector_is_its_own_reason() -> None:
     # evict: the mirror is deleted first
     ("evict: mirror deleted under the job", placed(tombstone=mirror()),
      a.Unplace("w", c.REASON_MIRROR_GONE, "the mirror on worker w was deleted; requeued",
-               eviction=True, evictions=1, backoff=2.0)),
+               **EVICTION, evictions=1, backoff=2.0)),
     ("evict: suspended by the worker after it started",
      placed(mirror=mirror(status=PREEMPTED)),
      a.Unplace("w", c.REASON_MIRROR_EVICTED, "evicted on worker w: by a higher priority; "
-               "requeued", eviction=True, evictions=1, backoff=2.0,
+               "requeued", **EVICTION, evictions=1, backoff=2.0,
                mirror=mirror(status=PREEMPTED))),
     ("evict: preempted by the worker's Kueue, not counted, worker avoided",
      placed(worker=WITH_KUEUE, mirror=mirror(suspend=True, status=RUNNING),
             workload=PREEMPTED_WORKLOAD),
      a.Unplace("w", c.REASON_MIRROR_EVICTED, "evicted on worker w by its Kueue (Preempted): "
                "Preempted to accommodate a workload (UID: x) due to prioritization in the "
-               "ClusterQueue; requeued", eviction=True, exclude=True,
+               "ClusterQueue; requeued", **EVICTION, exclude=True,
                mirror=mirror(suspend=True, status=RUNNING))),
     ("evict: the worker's Kueue evicted it for its own fault, counted",
      placed(worker=WITH_KUEUE, mirror=mirror(suspend=True), workload=TIMED_OUT_WORKLOAD),
      a.Unplace("w", c.REASON_MIRROR_EVICTED, "evicted on worker w by its Kueue "
-               "(PodsReadyTimeout): pods not ready in 5m; requeued", eviction=True,
+               "(PodsReadyTimeout): pods not ready in 5m; requeued", **EVICTION,
                evictions=1, backoff=2.0, mirror=mirror(suspend=True))),
     ("evict: a failure the job retries",
      placed(job=job(placed=True, annotations={c.ANNOTATION_RETRY_ON_REASONS: "NodeLost"}),
             mirror=mirror(status=FAILED)),
      a.Unplace("w", c.REASON_RETRYING_FAILURE, "failed on worker w with NodeLost, which the "
-               "job retries; requeued", eviction=True, evictions=1, backoff=2.0,
+               "job retries; requeued", **EVICTION, evictions=1, backoff=2.0,
                mirror=mirror(status=FAILED))),
     ("evict: third time fails the job",
      placed(job=job(placed=True, evictions=2), tombstone=mirror()),
      a.Unplace("w", c.REASON_MIRROR_GONE, "the mirror on worker w was deleted; requeued",
-               eviction=True, evictions=3, fail=True, backoff=8.0)),
+               **EVICTION, evictions=3, fail=True, backoff=8.0)),
     ("evict: drained, not counted",
      placed(worker=dataclasses.replace(ACTIVE, draining=True), mirror=mirror(status=RUNNING)),
-     a.Unplace("w", c.REASON_DRAINED, "worker w is being drained; requeued", eviction=True,
+     a.Unplace("w", c.REASON_DRAINED, "worker w is being drained; requeued", **EVICTION,
                mirror=mirror(status=RUNNING))),
     # suspended while placed: taken off, not an eviction; the mirror goes first
     ("suspended while placed: taken off, not an eviction",
@@ -389,10 +453,10 @@ def test_a_placed_job_and_its_mirror(snapshot: Snapshot, memory: JobMemory,
 @pytest.mark.parametrize(ARGS, **table(
     ("worker lost past the timeout: evict, the mirror given up on", placed(worker=lost(75)),
      a.Unplace("w", c.REASON_WORKER_LOST, "worker w lost for 75s (timeout); requeued",
-               eviction=True, evictions=1)),
+               **EVICTION, evictions=1)),
     ("worker unregistered: evict", placed(worker=None),
      a.Unplace("w", c.REASON_WORKER_LOST, "worker w is no longer registered; requeued",
-               eviction=True, evictions=1)),
+               **EVICTION, evictions=1)),
     ("blip: lost for 20 of 60 s, wait out the rest", placed(worker=lost(20)),
      a.Requeue(40.05)),
     ("blip: inactive, not lost (no network loss)", placed(worker=lost(None)), a.Requeue(5.0)),
@@ -474,10 +538,10 @@ def test_when_lost_wait_the_held_message_stays_the_same_while_the_worker_stays_l
     ("inactive, not lost", placed(worker=lost(None)), a.Requeue(5.0)),
     ("drained by an admin: moves", placed(worker=dataclasses.replace(lost(75), draining=True)),
      a.Unplace("w", c.REASON_DRAINED, "worker w is unreachable and being drained; requeued",
-               eviction=True)),
+               **EVICTION)),
     ("removed: moves", placed(worker=None),
      a.Unplace("w", c.REASON_WORKER_LOST, "worker w is no longer registered; requeued",
-               eviction=True, evictions=1)),
+               **EVICTION, evictions=1)),
     ("deleted on the manager: given up on",
      placed(job=job(placed=True, deleting=True), worker=lost(61)), a.DeleteRecord(record())),
 ))
@@ -517,7 +581,7 @@ def stray(obj: dict[str, Any]) -> dict[str, Any]:
     ("the eviction count is the record's",
      placed(job=job(placed=True, evictions=2), tombstone=mirror()), IN_BACKOFF,
      a.Unplace("w", c.REASON_MIRROR_GONE, "the mirror on worker w was deleted; requeued",
-               eviction=True, evictions=3, fail=True, backoff=8.0)),
+               **EVICTION, evictions=3, fail=True, backoff=8.0)),
     # live mirrors are facts
     ("a live mirror with no record (an earlier version's placement): adopted",
      pending(job=job(placed=True), record=None,

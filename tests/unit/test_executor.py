@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from devkit.factories import condition, trainjob
+from devkit.fakeclock import FakeClock
 from dispatcher.api import constants as c
 from dispatcher.api.placement import PlacementRecord
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
@@ -45,7 +46,8 @@ CONFIG = DispatcherConfig.model_validate({
 })
 UID = "uid-1"
 DEMAND = {"cpu": Fraction(2), "pods": Fraction(1)}
-NOW = 500.0
+NOW = 0.0
+"""The fake clock's monotonic time, which stands still through every test."""
 ACTIVE = WorkerState(name="w", usable=True, lost_for=None, draining=False, message="")
 
 
@@ -76,17 +78,6 @@ def claimed(**kw: Any) -> Claimed:
 
 
 # ----- the stand-ins: plain objects that record what they were asked -----
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return 1_780_000_000.0 + self.now
 
 
 class FakeManager:
@@ -183,6 +174,9 @@ class FakeRecords:
 
     def of_job(self, key: str) -> list[PlacementRecord]:
         return [r for r in self.records if r.key == key]
+
+    def of_uid(self, uid: str) -> PlacementRecord | None:
+        return next((r for r in self.records if r.uid == uid), None)
 
     def all(self) -> list[PlacementRecord]:
         return list(self.records)
@@ -302,6 +296,13 @@ async def test_wait_withdraws_the_job_and_its_reservation_then_says_why() -> Non
     assert r.manager.calls == [("waiting", c.REASON_SUSPENDED, "suspended: not dispatched", [])]
 
 
+async def test_a_wait_the_job_is_at_fault_for_is_also_an_event_when_decided_so() -> None:
+    r = rig()
+    await r.execute(claimed(), a.Wait(c.REASON_INVALID_RESOURCES, "bad", warn=True))
+    await r.execute(claimed(), a.Wait(c.REASON_INVALID_RESOURCES, "bad"))
+    assert r.events.recorded == [(c.REASON_INVALID_RESOURCES, "bad", True)]
+
+
 async def test_enqueue_offers_the_job_and_shows_the_schedulers_word_only_when_it_has_one(
 ) -> None:
     r = rig()
@@ -380,7 +381,8 @@ async def test_an_eviction_deletes_the_mirror_first_then_requeues_after_the_back
     r.ledger.book(Booking(UID, "ns/j", "w", DEMAND))
     r.ledger.mirror_seen("w", UID, "ns/j", DEMAND)
     action = a.Unplace("w", c.REASON_MIRROR_EVICTED, "evicted on worker w; requeued",
-                       eviction=True, evictions=3, fail=True, backoff=8.0, mirror=mirror())
+                       eviction=True, event_reason=c.REASON_EVICTED, count_requeue=True,
+                       evictions=3, fail=True, backoff=8.0, mirror=mirror())
     result = await r.execute(claimed(record=record(evictions=2)), action)
     assert result == Result.after(8.0)
     assert r.workers.calls == [("delete", "w", "m-1")]
@@ -404,6 +406,7 @@ async def test_taking_a_suspended_job_off_is_no_eviction() -> None:
 async def test_an_admission_timeout_moves_the_job_and_keeps_it_off_that_worker() -> None:
     r = rig()
     action = a.Unplace("w", c.REASON_ADMISSION_TIMEOUT, "not admitted", eviction=False,
+                       event_reason=c.REASON_ADMISSION_TIMEOUT, count_requeue=True,
                        exclude=True, mirror=mirror())
     assert await r.execute(claimed(record=record()), action) == Result.after(0.0)
     assert r.memory.excluded == {"w": NOW + 30}
@@ -533,3 +536,43 @@ def test_a_job_no_longer_claimed_that_we_knew_is_looked_at_again() -> None:
     stranger["metadata"]["uid"] = "uid-2"
     r.controller.on_job_event("ADDED", stranger)
     assert len(r.queue.added) == 2 and r.controller.memories.get("uid-2") is None
+
+
+def test_a_job_not_claimed_that_holds_our_finalizer_is_looked_at() -> None:
+    """Ours to clean up (placed by an earlier version), though no longer claimed."""
+    r = rig()
+    former = trainjob("j", "ns")
+    former["metadata"].update(uid=UID, finalizers=[c.FINALIZER])
+    r.controller.on_job_event("MODIFIED", former)
+    assert r.queue.added == [("ns/j", Lane.ORDINARY)]
+    assert r.controller.memories.get(UID) is None  # nothing remembered of a job not claimed
+
+
+def test_a_deleted_job_with_no_placed_record_is_released_at_once() -> None:
+    r = rig()
+    r.scheduling.submit(entry())
+    reserve(r)
+    r.controller.on_job_event(DELETED, job())
+    assert UID not in r.scheduling.pending and UID not in r.ledger
+    assert r.queue.added == [("ns/j", Lane.ORDINARY)]
+
+
+def test_a_deleted_job_placed_on_record_keeps_its_quota_until_its_mirror_is_gone() -> None:
+    r = rig()
+    cast(FakeRecords, r.controller.records).records.append(record())
+    r.ledger.book(Booking(UID, "ns/j", "w", DEMAND))
+    r.controller.on_job_event(DELETED, job())
+    assert r.ledger.get(UID) is not None and r.queue.added == [("ns/j", Lane.ORDINARY)]
+
+
+async def test_the_clean_up_of_a_job_no_longer_claimed_uses_what_we_remember_of_it() -> None:
+    """Its mirror deleted under the remembered memory: the DELETED event is known as ours."""
+    unreachable = dataclasses.replace(ACTIVE, usable=False, lost_for=10.0)
+    r = rig(Absent(key="ns/j", now=NOW, unclaimed=job(),
+                   leftover=Leftover(record(), ACTIVE, mirror())),
+            Absent(key="ns/j", now=NOW, unclaimed=job(),
+                   leftover=Leftover(record(), unreachable)))
+    r.memory.first_seen = NOW
+    assert await r.controller.reconcile("ns/j") == Result.after(5.0)
+    assert r.workers.calls == [("delete", "w", "m-1")]
+    assert r.memory.deleted_mirrors == {"m-1"} and r.memory.first_seen == NOW

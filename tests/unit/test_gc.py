@@ -1,6 +1,8 @@
 """The garbage collector on a fake clock: every `interval` it deletes the mirrors whose
-manager job is gone (confirmed against the manager's API, here a fake client) and keeps
-those its placement record names; nothing before the interval has passed."""
+manager job is gone (confirmed against the manager's API, here a fake client) or no
+longer claimed with no record, and keeps those its placement record names and those of
+claimed jobs with no record (the job controller adopts them); nothing before the
+interval has passed."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from devkit.fakeclock import FakeClock
 from dispatcher.api import constants as c
 from dispatcher.api.placement import PLACEMENTS
 from dispatcher.api.trainer import TRAINJOBS
+from dispatcher.claim import Claim
+from dispatcher.config import ClaimConfig
 from dispatcher.controllers.gc import GarbageCollector
 from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.kinds.trainjob import TrainJobKind
@@ -50,12 +54,14 @@ class Setup:
         record = {"metadata": {"name": "uid-placed", "namespace": NAMESPACE},
                   "spec": {"job": {"namespace": "ns", "name": "placed", "uid": "uid-placed"},
                            "worker": "w1"}}
+        self.trainjobs = cache(TRAINJOBS, {"ns/placed": job})
         self.collector = GarbageCollector(
-            manager=self.manager.as_client(), trainjobs=cache(TRAINJOBS, {"ns/placed": job}),
+            manager=self.manager.as_client(), trainjobs=self.trainjobs,
             records=PlacementRecords(cache(PLACEMENTS, {f"{NAMESPACE}/uid-placed": record},
                                            namespace=NAMESPACE)),
             registry=FakeRegistry(self.worker),  # type: ignore[arg-type]
-            kind=TrainJobKind(), origin="test", keep_finished=False, interval=INTERVAL,
+            claim=Claim(ClaimConfig(labelSelector="team=a")), kind=TrainJobKind(),
+            origin="test", keep_finished=False, interval=INTERVAL,
             metrics=self.metrics, clock=self.clock)
 
     def collected(self) -> float:
@@ -94,3 +100,23 @@ async def test_an_inactive_worker_is_left_alone(setup: Setup) -> None:
     setup.worker.active = False
     await setup.collector.collect_all()
     assert setup.remote.requests == [] and setup.manager.requests == []
+
+
+async def test_a_mirror_of_a_job_no_longer_claimed_and_unrecorded_is_an_orphan(
+        setup: Setup) -> None:
+    """Nothing adopts a job the dispatcher does not claim: its unrecorded mirror goes; a
+    claimed job's unrecorded mirror stays (the job controller adopts it)."""
+    assert setup.worker.mirrors is not None
+    for name, labels in (("unclaimed", {}), ("legacy", {"team": "a"})):
+        mirror = _mirror(name, f"uid-{name}")
+        setup.remote.objects[TRAINJOBS.path(namespace="ns", name=name)] = mirror
+        setup.worker.mirrors.store[f"ns/{name}"] = mirror
+        job = {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
+                            "labels": labels},
+               "spec": {"managedBy": ClaimConfig().managed_by}}
+        setup.trainjobs.store[f"ns/{name}"] = job
+        setup.manager.objects[TRAINJOBS.path(namespace="ns", name=name)] = job
+    await setup.collector.collect_all()
+    deleted = {r.path for r in setup.remote.made("delete")}
+    assert deleted == {TRAINJOBS.path(namespace="ns", name=n) for n in ("gone", "unclaimed")}
+    assert sorted(setup.worker.mirrors.store) == ["ns/legacy", "ns/placed"]

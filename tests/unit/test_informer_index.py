@@ -1,6 +1,6 @@
 """An informer's index follows its cache: writes remembered, objects forgotten, watch
 events and relists (the watch lines fed by hand; the watch itself is tested on real API
-servers)."""
+servers); a job known by name has its object's key."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from dispatcher.api.kueue import WORKLOADS, WORKLOADS_BY_JOB, job_uid_of
-from dispatcher.kube.informer import Informer
+from dispatcher.kube.informer import Informer, job_key, object_key
 from dispatcher.kube.resource import Resource
 from tests.unit.fakes import FakeClient
 
@@ -61,3 +61,8 @@ def test_the_index_follows_watch_events() -> None:
     cache._handle_line(line("DELETED", workload("w1", "u1", 4)))
     assert cache.indexed(WORKLOADS_BY_JOB, "u1") == []
     assert names(cache.indexed(WORKLOADS_BY_JOB, "u2")) == ["w2"]
+
+
+def test_a_job_known_by_name_has_the_key_of_its_object() -> None:
+    job = {"metadata": {"namespace": "team", "name": "train"}}
+    assert job_key("team", "train") == object_key(job) == "team/train"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from fractions import Fraction
 from typing import Any
 
 from devkit.factories import condition, trainjob
@@ -18,6 +19,7 @@ from dispatcher.observability.statusview import (
     worker_row,
     worker_row_from_object,
 )
+from dispatcher.placement.scheduler import PendingJob, WorkerView, schedule
 
 RULES: dict[str, Any] = {"claim": Claim(ClaimConfig()), "kind": TrainJobKind()}
 
@@ -59,12 +61,13 @@ def test_the_queue_is_in_scheduler_order_with_positions_and_held_jobs_apart() ->
     view = build_view(workers=[], jobs=jobs, **RULES,
                       priorities={"team/urgent": 100})
     assert [(r.position, r.name) for r in view.queue.items] == [
-        (1, "urgent"), (2, "new"), (3, "early"), (4, "late")]
+        (1, "urgent"), (2, "early"), (3, "late")]
     assert view.queue.items[0].state == c.REASON_NO_ACTIVE_WORKER
-    assert view.queue.items[3].message == "because late"  # the stale position is cut off
+    assert view.queue.items[2].message == "because late"  # the stale position is cut off
     assert [r.name for r in view.placed.items] == ["running"]
     assert view.placed.items[0].worker == "worker-a"
-    assert [r.name for r in view.others.items] == ["huge", "done"]
+    # Not yet judged by the scheduler, or never fits: no place in the queue.
+    assert [r.name for r in view.others.items] == ["huge", "new", "done"]
     assert view.by_state == {"Complete": 1, "NoActiveWorker": 1, "Pending": 1, "Running": 1,
                              "Unschedulable": 1, "WaitingForQuota": 2}
     assert view.by_reason == {"NoActiveWorker": 1, "Pending": 1, "Unschedulable": 1,
@@ -74,11 +77,43 @@ def test_the_queue_is_in_scheduler_order_with_positions_and_held_jobs_apart() ->
 
 def test_the_view_shows_only_what_the_claim_rule_claims() -> None:
     claim = Claim(ClaimConfig(namespaces=["team"], label_selector="queue=gpu"))
-    jobs = [job("ours", labels={"queue": "gpu"}), job("unlabelled"),
-            job("elsewhere", namespace="other", labels={"queue": "gpu"})]
+    waiting = c.REASON_WAITING_FOR_QUOTA
+    jobs = [job("ours", labels={"queue": "gpu"}, reason=waiting),
+            job("unlabelled", reason=waiting),
+            job("elsewhere", namespace="other", labels={"queue": "gpu"}, reason=waiting)]
     view = build_view(workers=[], jobs=jobs, claim=claim, kind=TrainJobKind())
     assert [r.name for r in view.queue.items] == ["ours"]
-    assert view.by_state == {"Pending": 1} and view.by_namespace == {"team": 1}
+    assert view.by_state == {waiting: 1} and view.by_namespace == {"team": 1}
+
+
+def test_the_queue_shown_is_the_schedulers_own_members_and_order() -> None:
+    """The jobs the scheduler gives a position are the page's queue, in its order; those
+    it judges otherwise (never fits, no worker has the runtime, refused) are not."""
+    workers = [WorkerView(name="a", quota={"cpu": Fraction(4)}, used={"cpu": Fraction(4)}),
+               WorkerView(name="off", quota={"cpu": Fraction(16)}, active=False)]
+    pending = [
+        PendingJob(key="team/quota", uid="1", demand={"cpu": Fraction(2)}, created="t1"),
+        PendingJob(key="team/first", uid="2", demand={"cpu": Fraction(1)}, priority=5,
+                   created="t3"),
+        PendingJob(key="team/offline", uid="3", demand={"cpu": Fraction(8)}, created="t2"),
+        PendingJob(key="team/huge", uid="4", demand={"cpu": Fraction(99)}, created="t0"),
+        PendingJob(key="team/nowhere", uid="5", demand={"cpu": Fraction(1)}, created="t0",
+                   missing_on={"a": "has no runtime", "off": "has no runtime"}),
+        PendingJob(key="team/refused", uid="6", demand={"cpu": Fraction(1)}, created="t0",
+                   excluded=frozenset({"a", "off"})),
+    ]
+    decisions = schedule(pending, workers)
+    assert {d.reason for d in decisions} >= {
+        c.REASON_WAITING_FOR_QUOTA, c.REASON_NO_ACTIVE_WORKER, c.REASON_UNSCHEDULABLE,
+        c.REASON_RUNTIME_NOT_FOUND, c.REASON_MIRROR_REJECTED}
+    created = {p.key: p.created for p in pending}
+    jobs = [job(d.key.split("/")[1], reason=d.reason, created=created[d.key])
+            for d in decisions]
+    view = build_view(workers=[], jobs=jobs, **RULES,
+                      priorities={p.key: p.priority for p in pending})
+    by_position = sorted((d.position, d.key.split("/")[1]) for d in decisions if d.position)
+    assert [(r.position, r.name) for r in view.queue.items] == by_position
+    assert [r.name for r in view.queue.items] == ["first", "quota", "offline"]
 
 
 def test_a_job_whose_pods_are_ready_runs_as_the_kind_says() -> None:

@@ -199,3 +199,24 @@ async def test_urgency_of_a_key_added_while_processing_is_kept(clock: FakeClock)
         release.set()
         await clock.advance(0)
     assert order == ["running", "running", "new"]
+
+
+async def test_idle_means_nothing_ready_and_nothing_running_though_keys_may_be_due_later(
+        clock: FakeClock) -> None:
+    queue = WorkQueue(name="test", clock=clock)
+    release = asyncio.Event()
+
+    async def slow(key: str) -> Result:
+        await release.wait()
+        return Result.after(30)
+
+    assert queue.idle()
+    queue.add("a")
+    assert not queue.idle()
+    async with _running(queue, slow, workers=1):
+        await asyncio.sleep(0)
+        assert not queue.idle()  # being reconciled
+        release.set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert queue.idle() and len(queue) == 1  # due again in 30 s, idle meanwhile

@@ -48,7 +48,7 @@ from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.workers import WorkerRegistry
 from dispatcher.kinds import JobKind
 from dispatcher.kube.client import ClusterClient
-from dispatcher.kube.informer import DELETED, Informer, InformerSettings, object_key
+from dispatcher.kube.informer import DELETED, Informer, InformerSettings, job_key, object_key
 from dispatcher.kube.resource import Resource
 from dispatcher.kube.workqueue import Result, WorkQueue
 
@@ -80,7 +80,7 @@ def owner_of(workload: JSON) -> tuple[str, str] | None:
     metadata = workload.get("metadata") or {}
     for ref in metadata.get("ownerReferences") or []:
         if ref.get("controller"):
-            return f"{metadata.get('namespace', '')}/{ref.get('name')}", str(ref.get("uid"))
+            return job_key(metadata.get("namespace", ""), str(ref.get("name"))), str(ref.get("uid"))
     return None
 
 

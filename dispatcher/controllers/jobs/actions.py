@@ -47,6 +47,7 @@ class Wait:
     reason: str
     message: str
     warn: bool = False
+    """Also a Warning event: the job is at fault and its status does not say so yet."""
 
 
 @dataclass(frozen=True)
@@ -129,14 +130,21 @@ class Finish:
 @dataclass(frozen=True)
 class Unplace:
     """Take the job off its worker: `mirror` deleted first, then the record says "not
-    placed", the view and finalizer are cleared and the quota released; an eviction
-    requeues it after `backoff`, and fails it once `evictions` reaches
+    placed", the view and finalizer are cleared and the quota released; a requeue waits
+    `backoff`, and an eviction fails the job once `evictions` reaches
     `mirror.maxEvictions`."""
 
     worker: str
     reason: str
     message: str
     eviction: bool
+    """Counted in `dispatcher_evictions_total`."""
+    event_reason: str = ""
+    """A Warning event (and a log line) with this reason; none when empty (a move the
+    user asked for, such as a suspension)."""
+    count_requeue: bool = False
+    """Counted in `dispatcher_requeues_total` by `reason`, and decided again after
+    `backoff`; otherwise the job's own update brings it back."""
     evictions: int | None = None
     """The new eviction count to record; None when this one does not count."""
     fail: bool = False
@@ -178,8 +186,10 @@ class DeleteRecord:
 @dataclass(frozen=True)
 class DropFinalizer:
     job: JSON
-    """The job to drop our finalizer from (claimed, or a leftover's job no longer
-    claimed)."""
+    """The job to drop our finalizer from (claimed, or a job no longer claimed)."""
+    reason: str = ""
+    message: str = ""
+    """When set, a Warning event on the job saying why (a job no longer claimed)."""
 
 
 Action = (Forget | Requeue | Idle | Wait | Enqueue | RecordPlacement | Adopt | RewriteView

@@ -19,12 +19,10 @@ live mirrors (`Bookkeeper`).
 
 from __future__ import annotations
 
-import collections
 import logging
 from typing import Any
 
 from dispatcher.api import constants as c
-from dispatcher.api.conditions import condition
 from dispatcher.api.placement import PlacementRecord
 from dispatcher.claim import Claim
 from dispatcher.clock import Clock
@@ -55,12 +53,18 @@ from dispatcher.controllers.jobs.decide import decide
 from dispatcher.controllers.jobs.manager_side import Conflict, ManagerWriter
 from dispatcher.controllers.jobs.memory import JobMemories, JobMemory, Refusal
 from dispatcher.controllers.jobs.records import PlacementRecords
-from dispatcher.controllers.jobs.snapshot import Claimed, Snapshot, SnapshotReader, uid_of
+from dispatcher.controllers.jobs.snapshot import (
+    Claimed,
+    Snapshot,
+    SnapshotReader,
+    holds_finalizer,
+    uid_of,
+)
 from dispatcher.controllers.jobs.worker_side import Refused, WorkerWriter
 from dispatcher.controllers.scheduling import SchedulingLoop
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
 from dispatcher.kinds import JobKind
-from dispatcher.kube.informer import DELETED, Informer, object_key
+from dispatcher.kube.informer import DELETED, Informer, job_key, object_key
 from dispatcher.kube.workqueue import Lane, Result, WorkQueue
 from dispatcher.observability.events import EventRecorder
 from dispatcher.observability.metrics import Metrics
@@ -68,8 +72,6 @@ from dispatcher.placement.ledger import Booking, Ledger
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
-REASON_NEW = "New"
-"""The metric's label for claimed jobs that have no Dispatched condition yet."""
 _MAX_STEPS = 8
 
 
@@ -117,12 +119,16 @@ class JobsController:
     def on_job_event(self, event_type: str, obj: JSON) -> None:
         key, uid = object_key(obj), uid_of(obj)
         if (not self.claim.claims(obj) and not self.records.of_job(key)
-                and self.memories.get(uid) is None):
-            return
+                and self.memories.get(uid) is None and not holds_finalizer(obj)):
+            return  # neither claimed nor ours to clean up
         if event_type == DELETED:
-            # Its record, if any, is cleaned up by the reconcile: the mirror goes first,
-            # and the quota is released only then.
-            self.scheduling.withdraw(uid)
+            # Gone: the next snapshot cannot name its UID. With no record placing it, it
+            # holds no quota a mirror may use: released now (queue entry, reservation).
+            # A placed record is cleaned up by the reconcile: the mirror goes first, and
+            # the quota is released only then.
+            record = self.records.of_uid(uid)
+            if record is None or not record.placed:
+                self._release(uid)
             self.memories.forget(uid)
         elif self.claim.claims(obj):
             memory = self.memories.of(uid)
@@ -134,7 +140,7 @@ class JobsController:
         """A placement record changed (ours, or an admin's hand): look at its job again."""
         job = (obj.get("spec") or {}).get("job") or {}
         if job.get("namespace") and job.get("name"):
-            self.queue.add(f"{job['namespace']}/{job['name']}")
+            self.queue.add(job_key(job["namespace"], job["name"]))
 
     def _memory_of_mirror(self, mirror: JSON) -> JobMemory | None:
         """The memory of the live manager job `mirror` belongs to, if there is one."""
@@ -171,13 +177,26 @@ class JobsController:
             self.queue.add(key, lane=Lane.URGENT)
         self.scheduling.trigger()
 
-    def on_runtime_event(self, event_type: str, obj: JSON) -> None:
-        """A runtime came, changed or went: look again at the unplaced jobs that use it."""
+    def on_runtime_event(self, event_type: str, obj: JSON, *, worker: str | None = None
+                         ) -> None:
+        """A runtime came, changed or went (on the manager, or on `worker`): look again
+        at the jobs that use it and are not placed, or are booked (on that worker) with
+        no mirror yet: their mirror is made from the worker's runtime as it is then."""
         ref = (obj.get("kind"), object_key(obj))
         for job in list(self.trainjobs.store.values()):
-            if (self.claim.claims(job) and uid_of(job) not in self.ledger
-                    and self.kind.runtime_ref(job) == ref):
+            if not self.claim.claims(job) or self.kind.runtime_ref(job) != ref:
+                continue
+            booking = self.ledger.get(uid_of(job))
+            if booking is None or (worker in (None, booking.worker)
+                                   and not self._mirrored(booking.worker, object_key(job))):
                 self.queue.add(object_key(job))
+
+    def _mirrored(self, worker: str, key: str) -> bool:
+        """Whether `worker`'s cache holds an object named `key` (or cannot be read)."""
+        connection = self.registry.get(worker)
+        if connection is None or connection.mirrors is None:
+            return True
+        return connection.mirrors.get(key) is not None
 
     def on_worker_change(self, worker: WorkerConnection) -> None:
         """A worker came, went or changed: re-examine its jobs and schedule again."""
@@ -207,10 +226,15 @@ class JobsController:
         return Result.retry()
 
     def _memory(self, s: Snapshot) -> JobMemory:
-        """The claimed job's memory, with the demand the snapshot computed recorded; an
-        empty one for a job we do not claim (nothing of it is remembered)."""
+        """The claimed job's memory, with the demand the snapshot computed recorded. For
+        a job we do not claim, the memory of the one being cleaned up (the leftover's,
+        else the unclaimed job's) while we remember it; an empty one otherwise (none is
+        made for it)."""
         if not isinstance(s, Claimed):
-            return JobMemory()
+            uid = (s.leftover.record.uid if s.leftover is not None
+                   else uid_of(s.unclaimed) if s.unclaimed is not None else None)
+            remembered = self.memories.get(uid) if uid is not None else None
+            return remembered if remembered is not None else JobMemory()
         memory = self.memories.of(s.uid)
         if s.demand is not None and s.demand_version is not None:
             memory.demand = (s.demand_version, s.demand)
@@ -234,8 +258,13 @@ class JobsController:
             case DeleteRecord(record=record, unclaimed=unclaimed):
                 await self._delete_record(record, unclaimed)
                 return None
-            case DropFinalizer(job=job):
-                return None if await self.manager.drop_finalizer(job) else Result.done()
+            case DropFinalizer(job=job, reason=reason, message=message):
+                dropped = await self.manager.drop_finalizer(job)
+                if dropped is None:
+                    return Result.done()
+                if reason:
+                    self.events.record(dropped, reason=reason, message=message, warning=True)
+                return None
         if not isinstance(s, Claimed):
             raise AssertionError(f"{action!r} is an action on a claimed job")
         return await self._execute_claimed(s, memory, action)
@@ -248,7 +277,9 @@ class JobsController:
                 return Result.done()
             case Wait(reason=reason, message=message, warn=warn):
                 self._release(s.uid)
-                await self.manager.set_waiting(s.job, reason, message, warn=warn)
+                await self.manager.set_waiting(s.job, reason, message)
+                if warn:
+                    self.events.record(s.job, reason=reason, message=message, warning=True)
                 return Result.done()
             case Enqueue(entry=entry, reason=reason, message=message):
                 self.scheduling.submit(entry)
@@ -349,7 +380,7 @@ class JobsController:
                      demand: dict[str, Any]) -> Result | None:
         """A live mirror of the job runs on `worker` unrecorded (an earlier version kept
         placements in annotations): record it where it runs, whatever the quota says."""
-        self.scheduling.withdraw(s.uid)
+        self._release(s.uid)  # no longer queued, nor reserved anywhere else
         record = await self._write_record(s, worker=worker, demand=demand)
         memory.refused = None
         self.ledger.book(Booking(s.uid, s.key, worker, demand))
@@ -427,16 +458,16 @@ class JobsController:
         if action.exclude:
             memory.excluded[action.worker] = (
                 self.clock.monotonic() + self.config.placement.rejection_backoff_seconds)
-        if not action.eviction and not action.exclude:
-            return Result.done()
-        self.metrics.requeues.labels(action.reason).inc()
-        self.events.record(updated, reason=c.REASON_EVICTED if action.eviction else action.reason,
-                           message=action.message, warning=True)
-        log.warning("%s %s from %s: %s", "evicted" if action.eviction else "moved", s.key,
-                    action.worker, action.message,
-                    extra={"job": s.key, "worker": action.worker})
+        if action.event_reason:
+            self.events.record(updated, reason=action.event_reason, message=action.message,
+                               warning=True)
+            log.warning("%s taken off %s (%s): %s", s.key, action.worker, action.reason,
+                        action.message, extra={"job": s.key, "worker": action.worker})
         if action.eviction:
             self.metrics.evictions.labels(action.worker, action.reason).inc()
+        if not action.count_requeue:
+            return Result.done()
+        self.metrics.requeues.labels(action.reason).inc()
         memory.not_before = self.clock.monotonic() + action.backoff
         return Result.after(action.backoff)
 
@@ -454,20 +485,3 @@ class JobsController:
             return Result.done()
         await self.manager.set_waiting(updated, reason, message)
         return None
-
-    # ----- what the metrics count, from the caches -----
-
-    def placed_and_running(self, worker: str) -> tuple[int, int]:
-        """The jobs booked on `worker`, and how many of them run (the kind's rule)."""
-        bookings = self.ledger.jobs_on(worker)
-        return len(bookings), sum(1 for booking in bookings
-                                  if self.kind.running(self.trainjobs.get(booking.key)))
-
-    def reasons(self) -> collections.Counter[str]:
-        """Claimed, unfinished jobs by their Dispatched reason, from the cache."""
-        counts: collections.Counter[str] = collections.Counter()
-        for job in self.trainjobs.store.values():
-            if self.claim.claims(job) and self.kind.finished(job.get("status")) is None:
-                dispatched = condition(job.get("status"), c.CONDITION_DISPATCHED) or {}
-                counts[dispatched.get("reason") or REASON_NEW] += 1
-        return counts

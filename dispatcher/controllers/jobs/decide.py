@@ -11,6 +11,12 @@ actions are in `actions.py`; the rows, in the order they are tried
   given up on), drop the finalizer of a job no longer claimed, then delete the record
   (telling a job no longer claimed why its mirror went): its quota is released only
   then, once nothing runs;
+- a job not claimed (any more) that holds our finalizer with no record (placed by an
+  earlier version, which kept the placement in annotations): ours to clean up ->
+  delete its mirror on the worker its annotation names (only when the mirror proves
+  it is ours: origin label and manager UID, which a namespace user cannot write on the
+  worker; a worker unreachable but not given up on is waited for), then drop the
+  finalizer, with an event saying why;
 - no job this dispatcher claims (gone, or not claimed) -> forget it;
 - deleted on the manager -> delete the mirror (while the worker can be reached), then
   the record, then drop the finalizer; a worker lost past the timeout is given up on
@@ -41,7 +47,10 @@ actions are in `actions.py`; the rows, in the order they are tried
   up on;
 - placed, no mirror: the worker refused the one just asked for -> reject (the reason it
   gave); a tombstone that finished -> finish; one that did not -> evict (MirrorGone);
-  none -> create the mirror;
+  the worker's current copy of the runtime gives a demand other than the one booked,
+  or cannot run the job -> take it off the worker (RuntimeChanged, not an eviction:
+  never a booking computed from one runtime for pods made from another); else create
+  the mirror;
 - placed, the object there is not ours -> reject (NameConflict);
 - placed, mirror finished: failed with a reason the job retries -> evict; else finish;
 - placed, mirror evicted by the worker or its Kueue -> evict (MirrorEvicted; preempted
@@ -111,6 +120,7 @@ from dispatcher.controllers.jobs.snapshot import (
     uid_of,
 )
 from dispatcher.controllers.jobs.view import differences
+from dispatcher.controllers.status import MAX_MESSAGE
 from dispatcher.kinds import JobKind
 from dispatcher.placement import resources
 from dispatcher.placement.scheduler import PendingJob
@@ -129,8 +139,37 @@ def decide(snapshot: Snapshot, memory: JobMemory, config: DispatcherConfig, *,
     if snapshot.leftover is not None:
         return _clean_up(snapshot, snapshot.leftover, config)
     if isinstance(snapshot, Absent):
-        return Forget()
+        return _unclaimed(snapshot, config, kind=kind)
     return _claimed(snapshot, memory, config, kind=kind)
+
+
+def _unclaimed(s: Absent, config: DispatcherConfig, *, kind: JobKind) -> Action:
+    """No job this dispatcher claims: forget it, unless the job there holds our
+    finalizer (with no record: an earlier version placed it): then its mirror on the
+    worker its annotation names goes first, then the finalizer."""
+    own = s.unclaimed
+    if own is None or not holds_finalizer(own):
+        return Forget()
+    named = annotations_of(own).get(c.ANNOTATION_CLUSTER, "")
+    hint = s.hinted_worker
+    if hint is not None and hint.usable:
+        mirror = s.hinted_mirror
+        if (mirror is not None and not mirror["metadata"].get("deletionTimestamp")
+                and kind.is_ours(mirror, manager_uid=uid_of(own),
+                                 origin=config.mirror.origin)):
+            return DeleteMirror(hint.name, mirror)
+    elif hint is not None and not _given_up(hint, config):
+        return Requeue(config.workers.probe_interval_seconds)
+    if hint is not None and hint.usable:
+        where = f"; no mirror of it is left on worker {named}"
+    elif hint is not None:
+        where = (f"; worker {named} is lost (its garbage collector deletes a mirror left "
+                 "there once it answers)")
+    else:
+        where = f"; worker {named} is not registered" if named else ""
+    return DropFinalizer(own, reason=c.REASON_NOT_CLAIMED,
+                         message=f"no longer claimed by this dispatcher: finalizer "
+                                 f"{c.FINALIZER} dropped{where}")
 
 
 def _claimed(s: Claimed, memory: JobMemory, config: DispatcherConfig, *,
@@ -233,12 +272,13 @@ def _evict(s: Claimed, record: PlacementRecord, config: DispatcherConfig, reason
     the job is placed again, unless the job is not at fault (`backoff=False`)."""
     if not counted:
         unplace = Unplace(record.worker, reason, f"{message}; requeued", eviction=True,
-                          exclude=exclude)
+                          event_reason=c.REASON_EVICTED, count_requeue=True, exclude=exclude)
     else:
         evictions = record.evictions + 1
         delay = (config.mirror.requeue_backoff_seconds * 2 ** (evictions - 1)
                  if backoff else 0.0)
         unplace = Unplace(record.worker, reason, f"{message}; requeued", eviction=True,
+                          event_reason=c.REASON_EVICTED, count_requeue=True,
                           evictions=evictions, fail=evictions >= config.mirror.max_evictions,
                           backoff=delay)
     return _take_off(s, unplace, config, kind=kind)
@@ -307,6 +347,18 @@ def _no_mirror(s: Claimed, record: PlacementRecord, memory: JobMemory,
             return Finish(name, s.tombstone, finished)
         return _evict(s, record, config, c.REASON_MIRROR_GONE,
                       f"the mirror on worker {name} was deleted", kind=kind)
+    if s.cannot_run_there:
+        return Unplace(name, c.REASON_RUNTIME_CHANGED,
+                       f"worker {name} {s.cannot_run_there} (its runtime changed after the "
+                       "job was booked there); placed again", eviction=False,
+                       event_reason=c.REASON_RUNTIME_CHANGED, count_requeue=True)
+    if s.demand_there is not None and s.demand_there != record.demand:
+        return Unplace(name, c.REASON_RUNTIME_CHANGED,
+                       f"the {s.runtime_name} of worker {name} changed after the job was "
+                       f"booked there: it needs {resources.format_vector(s.demand_there)} "
+                       f"there, not the {resources.format_vector(record.demand)} booked; "
+                       "placed again", eviction=False, event_reason=c.REASON_RUNTIME_CHANGED,
+                       count_requeue=True)
     return CreateMirror(name, dict(record.demand))
 
 
@@ -366,6 +418,7 @@ def _waiting_for_admission(s: Claimed, name: str, worker: WorkerState, mirror: J
         return Unplace(name, c.REASON_ADMISSION_TIMEOUT,
                        f"not admitted by the Kueue of worker {name} in {int(waited)}s "
                        f"({admission.message}); placed again elsewhere", eviction=False,
+                       event_reason=c.REASON_ADMISSION_TIMEOUT, count_requeue=True,
                        exclude=True, mirror=mirror)
     if waited < ADMISSION_QUIET_SECONDS:
         return Requeue(ADMISSION_QUIET_SECONDS - waited + _BLIP_MARGIN_SECONDS)
@@ -393,6 +446,14 @@ def _retry_requested(job: JSON, finished: JSON, *, kind: JobKind) -> bool:
     return finished.get("reason") in {r.strip() for r in wanted.split(",") if r.strip()}
 
 
+def _warning(s: Claimed, reason: str, message: str) -> Wait:
+    """Wait with a reason the job is at fault for: a Warning event too, unless its
+    status says so already (the event was given then)."""
+    shown = condition(s.job.get("status"), c.CONDITION_DISPATCHED) or {}
+    news = (shown.get("reason"), shown.get("message")) != (reason, message[:MAX_MESSAGE])
+    return Wait(reason, message, warn=news)
+
+
 def _pending(s: Claimed, memory: JobMemory) -> Action:
     if s.gate is not None and not s.gate.admits:
         return Wait(s.gate.reason, s.gate.message)
@@ -403,15 +464,14 @@ def _pending(s: Claimed, memory: JobMemory) -> Action:
                     f"{s.runtime_name} does not exist on the manager; the job is placed "
                     "once it does")
     if s.demand_error is not None:
-        return Wait(s.demand_error.reason, f"not dispatched: {s.demand_error}", warn=True)
+        return _warning(s, s.demand_error.reason, f"not dispatched: {s.demand_error}")
     assert s.demand is not None, "a runtime and no demand error: the demand was computed"
     selector_text = annotations_of(s.job).get(c.ANNOTATION_CLUSTER_SELECTOR, "")
     try:
         selector = parse_selector(selector_text)
     except SelectorError as error:
-        return Wait(c.REASON_INVALID_CLUSTER_SELECTOR,
-                    f"not dispatched: annotation {c.ANNOTATION_CLUSTER_SELECTOR}: {error}",
-                    warn=True)
+        return _warning(s, c.REASON_INVALID_CLUSTER_SELECTOR,
+                        f"not dispatched: annotation {c.ANNOTATION_CLUSTER_SELECTOR}: {error}")
     if memory.not_before > s.now:
         return Requeue(memory.not_before - s.now)
     if s.reservation is not None:

@@ -1,5 +1,5 @@
 """The writes on the manager: the placement record, the job's view of it, its status
-and finalizer, and the events about it.
+and finalizer (the events about it are the controller's, through `EventRecorder`).
 
 The record (a Placement object in the dispatcher's namespace) is written first, the
 job's view of it (annotations, finalizer) after. Each write carries the resourceVersion
@@ -17,7 +17,6 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.api import constants as c
-from dispatcher.api.conditions import condition
 from dispatcher.api.placement import PLACEMENTS, PlacementRecord, placement_body, placement_spec
 from dispatcher.clock import Clock
 from dispatcher.controllers import status as st
@@ -26,7 +25,6 @@ from dispatcher.controllers.jobs.view import desired_view
 from dispatcher.kinds import JobKind
 from dispatcher.kube.informer import Informer
 from dispatcher.kube.resource import Resource
-from dispatcher.observability.events import EventRecorder
 from dispatcher.observability.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -43,13 +41,12 @@ class RecordNamespaceMissing(RuntimeError):
 
 class ManagerWriter:
     def __init__(self, *, kind: JobKind, trainjobs: Informer, records: PlacementRecords,
-                 events: EventRecorder, metrics: Metrics, clock: Clock) -> None:
+                 metrics: Metrics, clock: Clock) -> None:
         self.kind = kind
         self.cache = trainjobs
         self.records = records
         self._placements = Resource(trainjobs.resource.client, PLACEMENTS)
         self._namespace = records.informer.namespace or ""
-        self.events = events
         self.metrics = metrics
         self.clock = clock
         self._jobs = trainjobs.resource
@@ -88,18 +85,13 @@ class ManagerWriter:
         return updated
 
     async def set_waiting(self, job: JSON, reason: str, message: str, *,
-                          warn: bool = False, extra: list[JSON] | None = None) -> JSON:
-        """Dispatched=False with `reason`; with `warn`, a Warning event when it is news."""
-        previous = condition(job.get("status"), c.CONDITION_DISPATCHED) or {}
+                          extra: list[JSON] | None = None) -> JSON:
+        """Dispatched=False with `reason` (and `extra` conditions)."""
         now = self.now()
         dispatched = st.dispatched_condition(job, placed=False, reason=reason,
                                              message=message, now=now)
-        updated = await self.write_status(
+        return await self.write_status(
             job, st.without_mirror(self.kind, job, dispatched, now=now, extra=extra))
-        if warn and (previous.get("reason"), previous.get("message")) != (
-                reason, dispatched["message"]):
-            self.events.record(job, reason=reason, message=message, warning=True)
-        return updated
 
     async def set_placed(self, job: JSON, mirror: JSON, *, reason: str, message: str,
                          news_seen: float | None = None) -> JSON:

@@ -2,13 +2,15 @@
 
 `SnapshotReader.read(key, memories)` gives one of two snapshots:
 - `Absent`: no job this dispatcher claims has that key: none is in the cache, or the one
-  there is not claimed (kept as `unclaimed`: it may still hold our finalizer);
+  there is not claimed (kept as `unclaimed`: it may still hold our finalizer, and then,
+  with no record, the worker its annotation names and the object of its name there);
 - `Claimed`: the manager job and everything its decision needs: its placement record
   (where it is placed: never from anything a user can write on the job), its worker's
   state, its mirror (or the tombstone of one deleted under it), the live copies of the
   job on other workers and what each holds, the mirror's Kueue Workload on a worker
   that runs Kueue, its runtime and demand (computed once per job generation and runtime
-  version), its priority, and the scheduler's reservation of, and last word on, it;
+  version), and, placed with no mirror yet, the demand its worker's current copy of
+  the runtime gives it, its priority, and the scheduler's reservation of, and last word on, it;
   with Kueue on the manager, its `Gate` (what its Workload there allows).
 Either may carry a `Leftover`: a record of that name to clean up first (its job gone,
 re-created or no longer claimed), with that record's worker and mirror.
@@ -104,6 +106,11 @@ class Absent:
     unclaimed: JSON | None = None
     """The job of this key, when there is one the dispatcher does not claim."""
     leftover: Leftover | None = None
+    hinted_worker: WorkerState | None = None
+    """With no record: the worker the unclaimed job's annotation names, when it holds
+    our finalizer (placed by an earlier version): where to look for its mirror."""
+    hinted_mirror: JSON | None = None
+    """The object of the job's name on `hinted_worker`, when that worker can be read."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,11 @@ class Claimed:
     """Worker -> the demand its own runtime gives the job, where it differs (pending)."""
     missing_on: dict[str, str] = field(default_factory=dict)
     """Worker -> why its runtime cannot run the job (pending jobs)."""
+    demand_there: dict[str, Fraction] | None = None
+    """Placed, no mirror yet: the demand the worker's current copy of the runtime gives
+    the job (what the mirror's pods would be made from); None when not known."""
+    cannot_run_there: str = ""
+    """Placed, no mirror yet: why the worker's current copy of the runtime cannot run it."""
     priority: int = 0
     reservation: str | None = None
     verdict: Decision | None = None
@@ -198,8 +210,11 @@ class SnapshotReader:
         job = self._jobs.get(key)
         records = self._records.of_job(key)
         if job is None or not self._claim.claims(job):
+            hinted = self._hinted(job) if job is not None and not records else None
             return Absent(key=key, now=now, wall=wall, unclaimed=job,
-                          leftover=self._leftover(key, records[0] if records else None))
+                          leftover=self._leftover(key, records[0] if records else None),
+                          hinted_worker=self._worker_state(hinted) if hinted else None,
+                          hinted_mirror=self._object_at(hinted, key) if hinted else None)
         uid = uid_of(job)
         record = next((r for r in records if r.uid == uid), None)
         leftover = self._leftover(key, next((r for r in records if r is not record), None))
@@ -217,27 +232,46 @@ class SnapshotReader:
         tombstone = None
         if memory is not None and memory.tombstone and memory.tombstone[0] == placed_on:
             tombstone = memory.tombstone[1]
+        there = (self._demand_there(connection, job, runtime, demand)
+                 if connection is not None and connection.usable() and mirror is None
+                 else None)
         booking = self._ledger.get(uid)
         pending = placed_on is None and not job["metadata"].get("deletionTimestamp")
         demand_on, missing_on = (self._on_workers(job, runtime, demand)
                                  if pending and runtime is not None and demand else ({}, {}))
-        hinted = None
-        if record is None and holds_finalizer(job):
-            named = self._registry.get(annotations_of(job).get(c.ANNOTATION_CLUSTER, ""))
-            hinted = self._worker_state(named) if named is not None else None
+        hinted = self._hinted(job) if record is None else None
         return Claimed(
             key=key, now=now, wall=wall, job=job, record=record, leftover=leftover,
-            hinted_worker=hinted, elsewhere=self._copies(key, uid, placed_on),
+            hinted_worker=self._worker_state(hinted) if hinted else None,
+            elsewhere=self._copies(key, uid, placed_on),
             booked=booking is not None and booking.worker == placed_on,
             worker=self._worker_state(connection) if connection else None,
             mirror=mirror, tombstone=tombstone, workload=workload, runtime=runtime,
             runtime_name=runtime_name, demand=demand, demand_error=error,
             demand_version=version, demand_on=demand_on, missing_on=missing_on,
+            demand_there=there if isinstance(there, dict) else None,
+            cannot_run_there=there if isinstance(there, str) else "",
             priority=await self._priorities.priority(job) if pending and demand else 0,
             reservation=self._scheduling.reservation(uid),
             verdict=self._scheduling.decisions.get(uid) if pending else None,
             gate=self._gates(job) if self._gates is not None else None,
         )
+
+    def _hinted(self, job: JSON) -> WorkerConnection | None:
+        """The registered worker a job's annotation names, when the job holds our
+        finalizer (an earlier version's placement): only where to look for its mirror."""
+        if not holds_finalizer(job):
+            return None
+        return self._registry.get(annotations_of(job).get(c.ANNOTATION_CLUSTER, ""))
+
+    @staticmethod
+    def _object_at(connection: WorkerConnection, key: str) -> JSON | None:
+        """The object named `key` in a worker's cache, when the cache can be trusted
+        (whether it is our mirror is `decide`'s to judge)."""
+        if not connection.usable():
+            return None
+        assert connection.mirrors is not None
+        return connection.mirrors.get(key)
 
     def _copies(self, key: str, uid: str, placed_on: str | None) -> tuple[Copy, ...]:
         copies = []
@@ -268,33 +302,40 @@ class SnapshotReader:
                     ) -> tuple[dict[str, dict[str, Fraction]], dict[str, str]]:
         """What each worker's own copy of the job's runtime makes of it: the demand
         where it differs from the manager's, or why the worker cannot run it."""
-        ref = self._kind.runtime_ref(job)
-        if ref is None:
-            return {}, {}
-        kind_name, key = ref
-        named = f"{kind_name} {key.rsplit('/', 1)[-1]!r}"
         demand_on: dict[str, dict[str, Fraction]] = {}
         missing_on: dict[str, str] = {}
         for connection in self._registry.workers.values():
-            informer = connection.runtimes.get(kind_name)
-            if informer is None or not informer.synced.is_set():
-                continue  # not read yet: the worker is not offered until it is
-            runtime = informer.get(key)
-            if runtime is None:
-                missing_on[connection.name] = f"has no {named}"
-                continue
-            if self._same_runtime(connection.name, runtime, manager_runtime):
-                continue
-            try:
-                there = self._kind.demand(job, runtime,
-                                          self._parsed(runtime, cluster=connection.name),
-                                          mode=self._config.placement.demand_mode)
-            except DemandError as error:
-                missing_on[connection.name] = f"cannot run it with its {named}: {error}"
-                continue
-            if there != demand:
+            there = self._demand_there(connection, job, manager_runtime, demand)
+            if isinstance(there, str):
+                missing_on[connection.name] = there
+            elif there is not None and there != demand:
                 demand_on[connection.name] = there
         return demand_on, missing_on
+
+    def _demand_there(self, connection: WorkerConnection, job: JSON,
+                      manager_runtime: JSON | None, demand: dict[str, Fraction] | None
+                      ) -> dict[str, Fraction] | str | None:
+        """The job's demand with the worker's own copy of its runtime (the manager's
+        `demand` when the copy has the manager's spec), why the worker cannot run it,
+        or None when its runtimes are not read yet (or the job needs none)."""
+        ref = self._kind.runtime_ref(job)
+        informer = connection.runtimes.get(ref[0]) if ref else None
+        if ref is None or informer is None or not informer.synced.is_set():
+            return None  # not read yet: the worker is not offered until it is
+        kind_name, key = ref
+        named = f"{kind_name} {key.rsplit('/', 1)[-1]!r}"
+        runtime = informer.get(key)
+        if runtime is None:
+            return f"has no {named}"
+        if (demand is not None and manager_runtime is not None
+                and self._same_runtime(connection.name, runtime, manager_runtime)):
+            return demand
+        try:
+            parsed = self._parsed(runtime, cluster=connection.name)
+            return self._kind.demand(job, runtime, parsed,
+                                     mode=self._config.placement.demand_mode)
+        except DemandError as error:
+            return f"cannot run it with its {named}: {error}"
 
     def _same_runtime(self, worker: str, there: JSON, here: JSON) -> bool:
         """Whether a worker's copy of a runtime has the manager's spec (compared once per

@@ -1,9 +1,9 @@
 """Clusters that run real Kueue, shared by the Kueue tests of one session.
 
-A control plane of its own (so the hand-written ClusterQueue statuses of the other tests
-never meet a real Kueue): a MultiKueue manager and two workers, each with the controller
-manager and a Kueue manager (the manager's with MultiKueue on), a manager without Kueue
-for the dispatcher, and the real Trainer and JobSet on every cluster, with kube-
+A control plane of its own, apart from the main plane whose workers run no Kueue: a
+MultiKueue manager and two workers, each with the controller manager and a Kueue
+manager (the manager's with MultiKueue on), a manager without Kueue for the
+dispatcher, and the real Trainer and JobSet on every cluster, with kube-
 scheduler and kwok nodes on each worker; the sample runtime's pods run for `RUN_SECONDS`
 unless a job's own runtime patch says otherwise (`helpers.long_running`). The
 dispatcher's manager has no Kueue because Kueue's TrainJob webhook adds its runtime

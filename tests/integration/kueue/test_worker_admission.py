@@ -21,7 +21,7 @@ from devkit.localcluster.kueue_objects import (
 from dispatcher.api import constants as c
 from dispatcher.app import Dispatcher
 from dispatcher.kube.resource import EVENTS, Resource
-from tests.integration.conftest import eventually, reconciled
+from tests.integration.conftest import eventually, looked_at
 from tests.integration.kueue.conftest import DISPATCHER_MANAGER, KueueClusters
 from tests.integration.kueue.helpers import (
     LOCAL_QUEUE,
@@ -46,7 +46,7 @@ FOUR_CPUS = {"cpu": "4", "memory": "64Gi"}
 
 def room(dispatcher: Dispatcher, name: str) -> Any:
     assert dispatcher.registry is not None
-    return dispatcher.capacity_of(dispatcher.registry.workers[name])
+    return dispatcher.capacities.of(dispatcher.registry.workers[name])
 
 
 async def _is(value: bool) -> bool:
@@ -187,9 +187,11 @@ async def test_a_restart_while_a_mirror_waits_for_admission_duplicates_nothing(
             "reason") == c.REASON_WAITING_FOR_ADMISSION
     await eventually(waiting, timeout=30)
     [before] = await mirrors(kueue_clusters, "worker-a", ns)
+    job = await manager_job(kueue_clusters, ns, "patient")
+    assert job is not None
     await dispatchers.stop(first)
     second = await dispatchers(**settings)
-    await reconciled(second, 1)  # it has looked at the job (and acted) since it started
+    await looked_at(second, [job["metadata"]["uid"]])  # looked at the job since it started
     [after] = await mirrors(kueue_clusters, "worker-a", ns)
     assert after["metadata"]["uid"] == before["metadata"]["uid"]
     assert await mirrors(kueue_clusters, "worker-b", ns) == []

@@ -1,7 +1,8 @@
 """The dispatcher's mirrors meet a worker's real Kueue (`localQueue`, `clusterQueue`).
 
-Real API servers, real Kueue on the workers, the simulated trainer: nothing here writes
-a controller's status by hand. The dispatcher's manager is the plane's `hub`, without
+Real API servers, real Kueue on the workers, the real Trainer chain (Trainer, JobSet
+and Job controllers, kwok as the kubelet): nothing here writes a controller's status by
+hand. The dispatcher's manager is the plane's `hub`, without
 Kueue (see conftest). The room the dispatcher sees on a worker comes from the worker's
 Workloads and ClusterQueues as Kueue keeps them.
 """
@@ -19,7 +20,7 @@ from dispatcher.api import constants as c
 from dispatcher.api.trainer import TRAINJOBS
 from dispatcher.app import Dispatcher
 from dispatcher.kube.resource import Resource
-from tests.integration.conftest import a_pass_after, eventually, watching
+from tests.integration.conftest import eventually, settled, watching
 from tests.integration.kueue.conftest import KueueClusters, conditions, is_true
 from tests.integration.kueue.helpers import (
     LOCAL_QUEUE,
@@ -79,7 +80,7 @@ async def test_mirror_waits_suspended_for_admission_then_completes(
 
 def room(dispatcher: Dispatcher, name: str) -> Any:
     assert dispatcher.registry is not None
-    return dispatcher.capacity_of(dispatcher.registry.workers[name])
+    return dispatcher.capacities.of(dispatcher.registry.workers[name])
 
 
 async def test_live_room_is_read_from_a_real_cluster_queue_and_its_workloads(
@@ -99,7 +100,7 @@ async def test_live_room_is_read_from_a_real_cluster_queue_and_its_workloads(
     async def two_admitted() -> bool:
         return await admitted_count(kueue_clusters, "worker-b", ns) == 2
     await eventually(two_admitted, timeout=30, interval=0.2)
-    await a_pass_after(dispatcher)
+    await settled(dispatcher)
     assert len(await mirrors(kueue_clusters, "worker-b", ns)) == 2
     waiting = [n for n in ("live-0", "live-1", "live-2")
                if not await placed_on(kueue_clusters, ns, n)]

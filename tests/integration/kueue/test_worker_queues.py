@@ -19,7 +19,7 @@ from devkit.localcluster.kueue_objects import (
 from dispatcher.api import constants as c
 from dispatcher.app import Dispatcher
 from dispatcher.kube.resource import Resource
-from tests.integration.conftest import a_pass_after, eventually
+from tests.integration.conftest import eventually, settled
 from tests.integration.kueue.conftest import KueueClusters
 from tests.integration.kueue.helpers import (
     LOCAL_QUEUE,
@@ -53,7 +53,7 @@ async def test_a_queue_borrows_from_its_cohort_and_the_dispatcher_offers_it(
     dispatcher = await dispatchers(workers={"static": [worker(
         kueue_clusters, "worker-a", localQueue=LOCAL_QUEUE, clusterQueue=cq)]})
     assert dispatcher.registry is not None
-    room = dispatcher.capacity_of(dispatcher.registry.workers["worker-a"])
+    room = dispatcher.capacities.of(dispatcher.registry.workers["worker-a"])
     assert room.quota["cpu"] == 2 and room.ceiling["cpu"] == 6 and room.free["cpu"] == 6
     names = [f"borrow-{i}" for i in range(4)]
     for name in names:
@@ -62,12 +62,12 @@ async def test_a_queue_borrows_from_its_cohort_and_the_dispatcher_offers_it(
     async def three_admitted() -> bool:
         return await admitted_count(kueue_clusters, "worker-a", ns) == 3
     await eventually(three_admitted, timeout=30, interval=0.2)
-    await a_pass_after(dispatcher)
+    await settled(dispatcher)
     placed = [await placed_on(kueue_clusters, ns, name) for name in names]
     assert sorted(placed) == ["", "worker-a", "worker-a", "worker-a"]
     waiting = names[placed.index("")]
     assert (await dispatched(kueue_clusters, ns, waiting))["reason"] == c.REASON_WAITING_FOR_QUOTA
-    room = dispatcher.capacity_of(dispatcher.registry.workers["worker-a"])
+    room = dispatcher.capacities.of(dispatcher.registry.workers["worker-a"])
     assert room.free["cpu"] == 0 and room.used_by_us["cpu"] == Fraction(6)
 
 
