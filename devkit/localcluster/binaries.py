@@ -145,7 +145,7 @@ def ensure_binaries() -> Path:
 
 def ensure_trainer_chain() -> TrainerChainFiles:
     """Return the Trainer chain's binaries and YAML, building them when missing (about
-    11 minutes the first time on 2 cores, said on stderr by the build script)."""
+    14 minutes the first time on 2 cores, said on stderr by the build script)."""
     trainer, jobset, kwok = (Path(p) for p in str(_build("trainer")).split())
     files = TrainerChainFiles(trainer=trainer, jobset=jobset, kwok=kwok)
     if not files.complete():

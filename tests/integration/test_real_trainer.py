@@ -479,10 +479,11 @@ async def test_a_job_whose_pod_fits_no_node_is_placed_but_never_called_running(
         assert (state.state, state.worker) == (STATE_PLACED, worker)
         # What the gauges and the status page count, from the dispatcher's own cache once
         # it holds that status: placed there, not running.
-        controller = dispatcher.jobs
-        assert controller is not None
-        await eventually(lambda: _cached_as(controller, f"{namespace}/wide", job), timeout=10)
-        assert controller.placed_and_running(worker) == (1, 0)
+        term = dispatcher.term
+        assert term is not None
+        await eventually(lambda: _cached_as(term.jobs, f"{namespace}/wide", job), timeout=10)
+        [row] = [w for w in term.reading().workers if w.name == worker]
+        assert (row.placed, row.running) == (1, 0)
         assert not condition(job, "Complete") and not condition(job, "Failed")
         await jobs.delete("wide", namespace=namespace)
         await eventually(lambda: _gone(chain.clients[worker], "wide", namespace), timeout=30)
