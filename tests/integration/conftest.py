@@ -257,7 +257,8 @@ async def trainjobs_refused(client: ClusterClient, namespace: str, operation: st
                             message: str) -> AsyncIterator[None]:
     """While inside, `client`'s cluster refuses `operation` (CREATE or DELETE) on the
     TrainJobs of `namespace`, as an admission webhook would: a real
-    ValidatingAdmissionPolicy, in force (probed) before the body runs."""
+    ValidatingAdmissionPolicy, in force (probed) before the body runs and lifted (probed)
+    after it."""
     policy = f"refuse-{operation.lower()}-{namespace}"
     subject = "oldObject" if operation == "DELETE" else "object"
     policies, bindings = Resource(client, _VAP), Resource(client, _VAP_BINDING)
@@ -301,12 +302,18 @@ async def trainjobs_refused(client: ClusterClient, namespace: str, operation: st
     finally:
         await bindings.delete(policy)
         await policies.delete(policy)
-        if operation == "DELETE":
-            async def probe_deleted() -> bool:
+        # Lifted once the operation goes through again (the API server drops a deleted
+        # policy a moment later): a probe created, then deleted.
+        async def probe_deleted() -> bool:
+            if operation == "CREATE":
                 with contextlib.suppress(ApiException):
-                    await jobs.delete(probe, namespace=namespace)
-                return await jobs.get(probe, namespace=namespace) is None
-            await eventually(probe_deleted, timeout=10, interval=0.2)
+                    await jobs.create(trainjob(probe, namespace), namespace=namespace)
+                if await jobs.get(probe, namespace=namespace) is None:
+                    return False
+            with contextlib.suppress(ApiException):
+                await jobs.delete(probe, namespace=namespace)
+            return await jobs.get(probe, namespace=namespace) is None
+        await eventually(probe_deleted, timeout=10, interval=0.2)
 
 
 @contextlib.asynccontextmanager

@@ -189,8 +189,12 @@ async def test_borrowed_quota_is_reclaimed_by_priority_and_the_dispatcher_follow
         await settled(plane, ns, b_jobs)
         for name in preempted:
             assert len(mirrors.uids[name]) >= 2, (name, mirrors.uids[name])
-            workload = (await workloads(plane, ns))[name]
-            assert is_true(workload, "Admitted"), workload["status"]
+
+        # Kueue writes Admitted in its own pass after it sees every check Ready.
+        async def readmitted() -> bool:
+            found = await workloads(plane, ns)
+            return all(is_true(found[name], "Admitted") for name in preempted)
+        await eventually(readmitted, timeout=30, interval=0.3)
         await finish(plane, ns, b_jobs)
     never_twice(mirrors, most=4)
     assert set(mirrors.uids) == a_jobs | b_jobs | {"a-burst"}
