@@ -97,6 +97,7 @@ class System:
             described["dispatcher"] = self.dispatcher or "defaults (client QPS raised)"
         if self.manager_kueue is not None:
             described["manager_kueue"] = kueue(self.manager_kueue)
+        if self.kind == "multikueue":
             described["multikueue_dispatcher"] = self.multikueue.dispatcher_name
             described["multikueue_remote_client"] = (
                 "client-go's 5 QPS / 10 burst" if self.multikueue.remote_qps is None else
