@@ -65,8 +65,8 @@ lint: setup
 bench: setup controlplane kueue
 	$(VENV)/bin/pip install --quiet -e '.[bench]'
 	$(PY) -m bench dispatch --jobs 2000 --workers 3
-	$(PY) -m bench peer --jobs 1000 --workers 3 --peer-minutes 4 \
-	  --systems dispatcher-fair,dispatcher,multikueue-default,multikueue-tuned-remote-qps
+	$(PY) -m bench peer --jobs 1000 --workers 3 --peer-minutes 6 \
+	  --systems dispatcher-fair,dispatcher-check,multikueue-shipped,multikueue-tuned-remote-qps
 
 # Every system and scenario at 3 and 10 workers, 1,000 jobs: several hours.
 bench-peer: setup controlplane kueue
