@@ -26,9 +26,15 @@ class Claim:
     def claims(self, job: Mapping[str, Any]) -> bool:
         return not self.refusal(job)
 
+    def missing_managed_by(self, job: Mapping[str, Any]) -> str:
+        """The `spec.managedBy` the job must carry to be claimed, when that is what it
+        lacks; empty otherwise."""
+        managed_by = (job.get("spec") or {}).get("managedBy")
+        return "" if managed_by == self._managed_by else self._managed_by
+
     def refusal(self, job: Mapping[str, Any]) -> str:
         """Why the job is not claimed; empty when it is."""
-        if (job.get("spec") or {}).get("managedBy") != self._managed_by:
+        if self.missing_managed_by(job):
             return f"spec.managedBy is not {self._managed_by}"
         metadata = job["metadata"]
         if self._namespaces and metadata.get("namespace") not in self._namespaces:

@@ -37,7 +37,6 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
 # A Workload's condition types.
 WORKLOAD_QUOTA_RESERVED = "QuotaReserved"
-WORKLOAD_ADMITTED = "Admitted"
 WORKLOAD_EVICTED = "Evicted"
 WORKLOAD_FINISHED = "Finished"
 EVICTED_BY_REJECTED_CHECK = "DeactivatedDueToAdmissionCheck"

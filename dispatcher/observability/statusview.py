@@ -241,7 +241,7 @@ def build_view(
             order = queue_order(priority=priorities.get(key, 0),
                                 created=str(metadata.get("creationTimestamp", "")), key=key)
             queued.append((order, job, state))
-            by_reason[_dispatched_reason(job) or js.STATE_PENDING] += 1
+            by_reason[state.state] += 1
         elif state.state in PLACED_STATES:
             placed.append(((state.worker, namespace, name), job, state))
         else:

@@ -302,9 +302,9 @@ async def trainjobs_refused(client: ClusterClient, namespace: str, operation: st
     finally:
         await bindings.delete(policy)
         await policies.delete(policy)
-        # Lifted once the operation goes through again (the API server drops a deleted
-        # policy a moment later): a probe created, then deleted.
-        async def probe_deleted() -> bool:
+        async def lifted() -> bool:
+            """The operation goes through again (the API server drops a deleted policy a
+            moment later): a probe created, then deleted."""
             if operation == "CREATE":
                 with contextlib.suppress(ApiException):
                     await jobs.create(trainjob(probe, namespace), namespace=namespace)
@@ -313,7 +313,7 @@ async def trainjobs_refused(client: ClusterClient, namespace: str, operation: st
             with contextlib.suppress(ApiException):
                 await jobs.delete(probe, namespace=namespace)
             return await jobs.get(probe, namespace=namespace) is None
-        await eventually(probe_deleted, timeout=10, interval=0.2)
+        await eventually(lifted, timeout=10, interval=0.2)
 
 
 @contextlib.asynccontextmanager

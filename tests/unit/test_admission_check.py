@@ -208,17 +208,30 @@ def test_a_job_the_dispatcher_does_not_claim_is_rejected_saying_why(
     assert CLAIM.claims(claimed_job())
     refusal = CLAIM.refusal(obj)
     assert says in refusal
-    update = check_update(workload(), OURS, JobState(refusal=refusal))
+    state = JobState(refusal=refusal, managed_by=CLAIM.missing_managed_by(obj))
+    update = check_update(workload(), OURS, state)
     assert update is not None and update.state == "Rejected", update
     assert refusal in update.message and "release its quota" in update.message
     told_how = f"with spec.managedBy: {MANAGED_BY_MULTIKUEUE}" in update.message
     assert told_how == refusal.startswith("spec.managedBy"), update.message
     assert told_how == (c.LABEL_DISPATCH in update.message), update.message
-    assert check_update(workload(state="Ready"), OURS, JobState(refusal=refusal)) == update
+    assert check_update(workload(state="Ready"), OURS, state) == update
     for untouched in (workload(state="Rejected"), workload(state="Retry"),
                       workload(reserved=False), workload(active=False)):
-        assert check_update(untouched, OURS, JobState(refusal=refusal)) is None
-    assert update.message == unclaimed_message(refusal)
+        assert check_update(untouched, OURS, state) is None
+    assert update.message == unclaimed_message(refusal, state.managed_by)
+
+
+def test_the_fix_names_the_managed_by_this_dispatcher_claims() -> None:
+    own = Claim(ClaimConfig.model_validate({"managedBy": "example.com/dispatcher"}))
+    obj = claimed_job()
+    assert own.missing_managed_by(obj) == "example.com/dispatcher"
+    assert CLAIM.missing_managed_by(obj) == ""
+    update = check_update(workload(), OURS, JobState(refusal=own.refusal(obj),
+                                                     managed_by=own.missing_managed_by(obj)))
+    assert update is not None
+    assert "with spec.managedBy: example.com/dispatcher" in update.message, update.message
+    assert MANAGED_BY_MULTIKUEUE not in update.message, update.message
 
 
 def test_active_condition_says_why_and_is_written_only_on_change() -> None:

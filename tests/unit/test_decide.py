@@ -86,6 +86,12 @@ def mirror(*, uid: str = UID, origin: str = "o", status: dict[str, Any] | None =
     return body
 
 
+def deleting_mirror() -> dict[str, Any]:
+    body = mirror()
+    body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return body
+
+
 def record(*, worker: str = "w", evictions: int = 0, uid: str = UID) -> PlacementRecord:
     return PlacementRecord(uid=uid, key="ns/j", worker=worker,
                            demand=dict(DEMAND) if worker else {}, evictions=evictions)
@@ -189,11 +195,15 @@ def unclaimed_dropped(why: str) -> a.DropFinalizer:
     ("the same, the object there is not ours (another origin): left alone",
      absent(unclaimed=job(placed=True), hinted_worker=ACTIVE,
             hinted_mirror=mirror(origin="someone")),
-     unclaimed_dropped("no mirror of it is left on worker w")),
+     unclaimed_dropped("the object of its name on worker w is not its mirror")),
     ("the same, the object there is another job's: left alone",
      absent(unclaimed=job(placed=True), hinted_worker=ACTIVE,
             hinted_mirror=mirror(uid=OLD_UID)),
-     unclaimed_dropped("no mirror of it is left on worker w")),
+     unclaimed_dropped("the object of its name on worker w is not its mirror")),
+    ("the same, its mirror being deleted: the finalizer is dropped (the ledger counts the "
+     "mirror while it lives)",
+     absent(unclaimed=job(placed=True), hinted_worker=ACTIVE, hinted_mirror=deleting_mirror()),
+     unclaimed_dropped("its mirror on worker w is being deleted")),
     ("the same, its mirror gone: the finalizer is dropped and the job told why",
      absent(unclaimed=job(placed=True), hinted_worker=ACTIVE),
      unclaimed_dropped("no mirror of it is left on worker w")),

@@ -187,7 +187,8 @@ class AdmissionCheckController:
         finished = self._kind.finished(job.get("status")) is not None
         refusal = self._claim.refusal(job)
         if finished or refusal:
-            return JobState(finished=finished, refusal=refusal)
+            return JobState(finished=finished, refusal=refusal,
+                            managed_by=self._claim.missing_managed_by(job))
         record = next((r for r in self._records.of_job(owner[0]) if r.uid == owner[1]), None)
         placed_on = record.worker if record is not None and record.placed else ""
         mirrored = admitted = False

@@ -34,7 +34,6 @@ from typing import Any
 from dispatcher.api import constants as c
 from dispatcher.api import kueue as k
 from dispatcher.api.conditions import condition, condition_true
-from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
 from dispatcher.config import CheckReadyWhen
 from dispatcher.controllers.admission.gate import check_of, quota_reserved
 
@@ -57,6 +56,8 @@ class JobState:
     """The job is Complete or Failed on the manager."""
     refusal: str = ""
     """Why the dispatcher does not claim the job; empty when it does."""
+    managed_by: str = ""
+    """The `spec.managedBy` the job must carry to be claimed, when that is what it lacks."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def check_update(workload: JSON, checks: Collection[str], job: JobState | None, 
         return None
     name, state, message = entry["name"], entry.get("state"), entry.get("message", "")
     if job.refusal:
-        wanted = ((k.CHECK_REJECTED, unclaimed_message(job.refusal))
+        wanted = ((k.CHECK_REJECTED, unclaimed_message(job.refusal, job.managed_by))
                   if state in (k.CHECK_PENDING, k.CHECK_READY) else None)
     else:
         wanted = _wanted(str(state), job, ready_when)
@@ -126,12 +127,13 @@ def _wanted(state: str, job: JobState, ready_when: CheckReadyWhen) -> tuple[str,
     return None
 
 
-def unclaimed_message(refusal: str) -> str:
-    """Our check's word on a job the dispatcher does not claim (`refusal`: `Claim`'s)."""
+def unclaimed_message(refusal: str, managed_by: str = "") -> str:
+    """Our check's word on a job the dispatcher does not claim (`refusal`: `Claim`'s;
+    `managed_by`: the `spec.managedBy` it lacks, if that is why)."""
     how = ""
-    if refusal.startswith("spec.managedBy"):
+    if managed_by:
         how = ("; Kueue sets spec.managedBy only under MultiKueue's own checks: create the "
-               f"job with spec.managedBy: {MANAGED_BY_MULTIKUEUE}, or with the label "
+               f"job with spec.managedBy: {managed_by}, or with the label "
                f"{c.LABEL_DISPATCH}: \"true\" where deploy/'s opt-in policy is installed")
     return (f"not dispatched: trainjob-dispatcher does not claim this job ({refusal}), so "
             f"it would never run; rejected to release its quota{how}")

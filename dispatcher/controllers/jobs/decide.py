@@ -161,7 +161,13 @@ def _unclaimed(s: Absent, config: DispatcherConfig, *, kind: JobKind) -> Action:
     elif hint is not None and not _given_up(hint, config):
         return Requeue(config.workers.probe_interval_seconds)
     if hint is not None and hint.usable:
-        where = f"; no mirror of it is left on worker {named}"
+        mirror = s.hinted_mirror
+        if mirror is None:
+            where = f"; no mirror of it is left on worker {named}"
+        elif mirror["metadata"].get("deletionTimestamp"):
+            where = f"; its mirror on worker {named} is being deleted"
+        else:
+            where = f"; the object of its name on worker {named} is not its mirror"
     elif hint is not None:
         where = (f"; worker {named} is lost (its garbage collector deletes a mirror left "
                  "there once it answers)")

@@ -17,7 +17,6 @@ from dispatcher.api.placement import PlacementRecord
 from dispatcher.placement import resources
 
 JSON = dict[str, Any]
-VIEW_ANNOTATIONS = (c.ANNOTATION_CLUSTER, c.ANNOTATION_DEMAND, c.ANNOTATION_EVICTIONS)
 
 
 @dataclass(frozen=True)
