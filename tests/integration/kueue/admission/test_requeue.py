@@ -54,6 +54,20 @@ async def check_state(plane: Plane, ns: str, job: str) -> str:
     return str(our_check(await workload_of(plane, ns, job), ns).get("state", ""))
 
 
+async def wait_all_ready(plane: Plane, ns: str, names: list[str]) -> None:
+    """Waits until our check is Ready on every job's Workload; on timeout, says
+    which state each one was left in."""
+    states: dict[str, str] = {}
+
+    async def all_ready() -> bool:
+        states.update({name: await check_state(plane, ns, name) for name in names})
+        return all(state == "Ready" for state in states.values())
+    try:
+        await eventually(all_ready, timeout=90, interval=0.3)
+    except AssertionError as error:
+        raise AssertionError(f"checks not all Ready: {states}") from error
+
+
 async def test_a_deleted_mirror_sends_the_check_to_retry_and_the_job_runs_again(
         admission_plane: Plane, ns: str, dispatchers: DispatcherRunner) -> None:
     await start(admission_plane, dispatchers)
@@ -120,10 +134,7 @@ async def test_a_new_leader_takes_up_pending_checks_without_duplicating(
         for name in names[4:]:
             await submit(admission_plane, ns, name)
 
-        async def all_ready() -> bool:
-            return all([await check_state(admission_plane, ns, name) == "Ready"
-                        for name in names])
-        await eventually(all_ready, timeout=90, interval=0.3)
+        await wait_all_ready(admission_plane, ns, names)
     records = await Resource(admission_plane.manager, PLACEMENTS).list(namespace=f"{ns}-system")
     assert sorted(r["spec"]["job"]["name"] for r in records["items"]) == names
     assert {name: len(uids) for name, uids in mirrors.uids.items()} == dict.fromkeys(names, 1)
@@ -215,10 +226,7 @@ async def test_a_dispatcher_stopped_between_record_and_mirror_is_taken_over_once
     async with watch_mirrors(admission_plane, ns) as mirrors:
         await start(admission_plane, dispatchers)
 
-        async def all_ready() -> bool:
-            return all([await check_state(admission_plane, ns, name) == "Ready"
-                        for name in names])
-        await eventually(all_ready, timeout=90, interval=0.3)
+        await wait_all_ready(admission_plane, ns, names)
     assert await recorded() == dict.fromkeys(names, WORKER)
     assert {name: len(uids) for name, uids in mirrors.uids.items()} == dict.fromkeys(names, 1)
     assert not mirrors.doubled
