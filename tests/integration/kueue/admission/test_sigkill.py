@@ -3,7 +3,7 @@
 The dispatcher runs as `dispatcher run` in a process of its own, with both workers. It
 is killed as soon as the first check goes Ready, with the rest of the first jobs in
 flight; more jobs are submitted while no dispatcher runs, so Kueue reserves their quota
-and their checks wait Pending. The next process (after the dead one's lease expires)
+and their checks wait Pending. The next process (after the dead one's Lease expires)
 takes every job up from what the clusters hold: each job ends with one record, one
 mirror ever created (never two live at once), its check Ready and never sent to Retry.
 """
@@ -24,7 +24,7 @@ from devkit.localcluster.access import free_port
 from devkit.localcluster.kueue_objects import ADMISSION_CHECKS, wait_active
 from dispatcher.admin import ensure_namespace
 from dispatcher.api.placement import PLACEMENTS
-from dispatcher.kube.resource import EVENTS, Resource
+from dispatcher.kube.resource import EVENTS, LEASES, Resource
 from tests.integration.conftest import base_config, deep_merge, eventually
 from tests.integration.kueue.admission.conftest import (
     MANAGER,
@@ -50,6 +50,12 @@ async def check_states(plane: Plane, ns: str) -> dict[str, str]:
             for job, wl in (await workloads(plane, ns)).items()}
 
 
+async def lease_holder(plane: Plane, ns: str) -> str:
+    lease = await Resource(plane.manager, LEASES).get("trainjob-dispatcher",
+                                                      namespace=f"{ns}-system")
+    return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
+
+
 @pytest.fixture
 def dispatcher_process(admission_plane: Plane, ns: str, tmp_path: Path
                        ) -> Iterator[list[subprocess.Popen[bytes]]]:
@@ -69,6 +75,9 @@ def start(plane: Plane, ns: str, tmp_path: Path,
         "admissionCheck": {"controllerName": controller_of(ns)},
         "managerKubeconfig": str(plane.plane.clusters[MANAGER].kubeconfig_path),
         "server": {"port": free_port()},
+        # As deployed: the restarted process waits for the killed one's Lease to expire.
+        "leaderElection": {"enabled": True, "leaseDurationSeconds": 4,
+                           "renewDeadlineSeconds": 3, "retryPeriodSeconds": 1},
     })
     config["workers"]["static"] = both(plane)["static"]
     path = tmp_path / "dispatcher.yaml"
@@ -101,6 +110,7 @@ async def test_a_sigkilled_dispatcher_restarted_with_checks_pending_duplicates_n
         process.send_signal(signal.SIGKILL)
         process.wait()
         killed_at = await check_states(plane, ns)
+        killed_holder = await lease_holder(plane, ns)
 
         for name in later_jobs:
             await submit(plane, ns, name, num_nodes=1, resources_per_node=JOB,
@@ -120,6 +130,7 @@ async def test_a_sigkilled_dispatcher_restarted_with_checks_pending_duplicates_n
         await eventually(all_ready, timeout=120, interval=0.3)
 
     assert set(killed_at.values()) - {"Ready"}, f"nothing was in flight at the kill: {killed_at}"
+    assert killed_holder and await lease_holder(plane, ns) != killed_holder
     assert {name: len(uids) for name, uids in mirrors.uids.items()} == dict.fromkeys(names, 1)
     assert not mirrors.doubled
     records = await Resource(plane.manager, PLACEMENTS).list(namespace=f"{ns}-system")
