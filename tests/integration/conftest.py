@@ -30,6 +30,9 @@ from dispatcher.kube.resource import Resource, ResourceKind
 
 SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
 DEFAULT_QUOTA = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "16"}
+FAST_LEADER_ELECTION = {"enabled": True, "leaseDurationSeconds": 4,
+                        "renewDeadlineSeconds": 3, "retryPeriodSeconds": 1}
+"""`leaderElection` with a short Lease, so a standby takes over within seconds."""
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

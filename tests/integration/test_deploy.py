@@ -22,7 +22,12 @@ from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import Resource, ResourceKind
-from tests.integration.conftest import DEFAULT_QUOTA, StartDispatcher, eventually
+from tests.integration.conftest import (
+    DEFAULT_QUOTA,
+    FAST_LEADER_ELECTION,
+    StartDispatcher,
+    eventually,
+)
 
 pytestmark = pytest.mark.integration
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -158,9 +163,7 @@ async def test_the_dispatcher_works_with_exactly_the_deployed_rbac(
         await start_dispatcher(
             wait_for_workers=False, manager_kubeconfig=restricted, namespace=NAMESPACE,
             workers={"fromCRD": True, "static": []},
-            leaderElection={"enabled": True, "leaseName": f"lease-{namespace}",
-                            "leaseDurationSeconds": 4, "renewDeadlineSeconds": 3,
-                            "retryPeriodSeconds": 1})
+            leaderElection={**FAST_LEADER_ELECTION, "leaseName": f"lease-{namespace}"})
         jobs = Resource(manager, TRAINJOBS)
         await jobs.create(trainjob("least-privilege", namespace,
                                    managed_by=MANAGED_BY_MULTIKUEUE), namespace=namespace)

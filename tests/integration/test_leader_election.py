@@ -11,7 +11,7 @@ from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.app import Dispatcher
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import LEASES, Resource
-from tests.integration.conftest import StartDispatcher, eventually
+from tests.integration.conftest import FAST_LEADER_ELECTION, StartDispatcher, eventually
 
 pytestmark = pytest.mark.integration
 
@@ -36,8 +36,7 @@ async def test_only_the_leader_works_and_a_standby_takes_over(
     start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
 ) -> None:
     await ensure_namespace(admin_clients["manager"], f"{namespace}-system")
-    election = {"leaderElection": {"enabled": True, "leaseDurationSeconds": 4,
-                                   "renewDeadlineSeconds": 3, "retryPeriodSeconds": 1}}
+    election = {"leaderElection": FAST_LEADER_ELECTION}
     first = await start_dispatcher(**election)
     second = await start_dispatcher(wait_for_workers=False, **election)  # type: ignore[arg-type]
     assert await readyz(first) == "leader"

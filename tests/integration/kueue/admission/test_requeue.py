@@ -22,7 +22,12 @@ from dispatcher.api import constants as c
 from dispatcher.api.placement import PLACEMENTS
 from dispatcher.api.trainer import TRAINJOBS
 from dispatcher.kube.resource import EVENTS, Resource
-from tests.integration.conftest import DispatcherRunner, eventually, trainjobs_refused
+from tests.integration.conftest import (
+    FAST_LEADER_ELECTION,
+    DispatcherRunner,
+    eventually,
+    trainjobs_refused,
+)
 from tests.integration.kueue.admission.conftest import (
     PROBE,
     WORKER,
@@ -121,8 +126,7 @@ async def test_a_new_leader_takes_up_pending_checks_without_duplicating(
     every check ends Ready, with one record and one mirror per job, each mirror created
     once (a mirror deleted and made again would show a second UID)."""
     await ensure_namespace(admission_plane.manager, f"{ns}-system")
-    election = {"leaderElection": {"enabled": True, "leaseDurationSeconds": 4,
-                                   "renewDeadlineSeconds": 3, "retryPeriodSeconds": 1}}
+    election = {"leaderElection": FAST_LEADER_ELECTION}
     first = await start(admission_plane, dispatchers, **election)
     await start(admission_plane, dispatchers, wait_for_workers=False, **election)
     await wait_active(admission_plane.manager, ADMISSION_CHECKS, [ns])

@@ -25,7 +25,7 @@ from devkit.localcluster.kueue_objects import ADMISSION_CHECKS, wait_active
 from dispatcher.admin import ensure_namespace
 from dispatcher.api.placement import PLACEMENTS
 from dispatcher.kube.resource import EVENTS, LEASES, Resource
-from tests.integration.conftest import base_config, deep_merge, eventually
+from tests.integration.conftest import FAST_LEADER_ELECTION, base_config, deep_merge, eventually
 from tests.integration.kueue.admission.conftest import (
     MANAGER,
     Plane,
@@ -76,8 +76,7 @@ def start(plane: Plane, ns: str, tmp_path: Path,
         "managerKubeconfig": str(plane.plane.clusters[MANAGER].kubeconfig_path),
         "server": {"port": free_port()},
         # As deployed: the restarted process waits for the killed one's Lease to expire.
-        "leaderElection": {"enabled": True, "leaseDurationSeconds": 4,
-                           "renewDeadlineSeconds": 3, "retryPeriodSeconds": 1},
+        "leaderElection": FAST_LEADER_ELECTION,
     })
     config["workers"]["static"] = both(plane)["static"]
     path = tmp_path / "dispatcher.yaml"
