@@ -48,6 +48,9 @@ from tests.integration.kueue.conftest import conditions, is_true
 from tests.integration.kueue.helpers import long_running
 
 pytestmark = pytest.mark.integration
+LONG = long_running(600)
+"""Pods that run until the test ends: a job the test counts cannot finish first (its
+record gone, its check never Ready)."""
 
 
 @pytest_asyncio.fixture(autouse=True)
@@ -77,7 +80,7 @@ async def test_a_deleted_mirror_sends_the_check_to_retry_and_the_job_runs_again(
         admission_plane: Plane, ns: str, dispatchers: DispatcherRunner) -> None:
     await start(admission_plane, dispatchers)
     await wait_active(admission_plane.manager, ADMISSION_CHECKS, [ns])
-    await submit(admission_plane, ns, "again", runtime_patches=long_running(600))
+    await submit(admission_plane, ns, "again", runtime_patches=LONG)
     mirrors = Resource(admission_plane.worker, TRAINJOBS)
 
     async def running() -> dict[str, Any] | None:
@@ -133,10 +136,10 @@ async def test_a_new_leader_takes_up_pending_checks_without_duplicating(
     names = [f"ha-{i}" for i in range(8)]
     async with watch_mirrors(admission_plane, ns) as mirrors:
         for name in names[:4]:
-            await submit(admission_plane, ns, name)
+            await submit(admission_plane, ns, name, runtime_patches=LONG)
         await dispatchers.stop(first)
         for name in names[4:]:
-            await submit(admission_plane, ns, name)
+            await submit(admission_plane, ns, name, runtime_patches=LONG)
 
         await wait_all_ready(admission_plane, ns, names)
     records = await Resource(admission_plane.manager, PLACEMENTS).list(namespace=f"{ns}-system")
@@ -151,7 +154,7 @@ async def test_a_user_deactivating_a_running_jobs_workload_withdraws_its_mirror(
     admits it anew and the dispatcher places a new mirror."""
     await start(admission_plane, dispatchers)
     await wait_active(admission_plane.manager, ADMISSION_CHECKS, [ns])
-    await submit(admission_plane, ns, "paused", runtime_patches=long_running(600))
+    await submit(admission_plane, ns, "paused", runtime_patches=LONG)
     mirrors = Resource(admission_plane.worker, TRAINJOBS)
 
     async def running() -> dict[str, Any] | None:
@@ -216,7 +219,7 @@ async def test_a_dispatcher_stopped_between_record_and_mirror_is_taken_over_once
         first = await start(admission_plane, dispatchers)
         await wait_active(admission_plane.manager, ADMISSION_CHECKS, [ns])
         for name in names:
-            await submit(admission_plane, ns, name)
+            await submit(admission_plane, ns, name, runtime_patches=LONG)
 
         async def all_recorded() -> bool:
             return await recorded() == dict.fromkeys(names, WORKER)
@@ -259,7 +262,7 @@ async def test_a_lost_worker_sends_the_check_to_retry(
             "static": [{**static_worker(admission_plane, WORKER_B), "kubeconfig": str(relayed)}],
             "lostTimeoutSeconds": 3, "whenLost": "Requeue"})
         await wait_active(admission_plane.manager, ADMISSION_CHECKS, [ns])
-        await submit(admission_plane, ns, "stranded", runtime_patches=long_running(600))
+        await submit(admission_plane, ns, "stranded", runtime_patches=LONG)
 
         async def ready() -> bool:
             return await check_state(admission_plane, ns, "stranded") == "Ready"
