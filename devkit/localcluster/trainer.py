@@ -336,12 +336,14 @@ async def end_pods(client: ClusterClient, namespace: str, job: str, *,
     """End the pods of TrainJob `job` now, as their containers exiting would, once every
     one of them runs: kwok moves each to Succeeded (or, with `fail`, its container to a
     failure); the Job, JobSet and Trainer controllers then write what follows. Returns
-    how many it ended (none while some are not running yet)."""
+    how many it ended (none while some are not running yet). Pods being deleted (of an
+    earlier copy of the job, withdrawn) are not the job's: they are left alone."""
     pods = Resource(client, PODS)
     listed = await pods.list(namespace=namespace,
                              label_selector=f"{JOBSET_NAME_LABEL}={job}")
-    running = [p for p in listed["items"] if p["status"].get("phase") == "Running"]
-    if len(running) < len(listed["items"]):
+    current = [p for p in listed["items"] if not p["metadata"].get("deletionTimestamp")]
+    running = [p for p in current if p["status"].get("phase") == "Running"]
+    if len(running) < len(current):
         return 0
     if fail:
         labels, annotations = _failing()
