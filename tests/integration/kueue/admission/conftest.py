@@ -269,7 +269,7 @@ async def _census(plane: Plane, ns: str, record: LiveMirrors, interval: float) -
 
 
 @contextlib.asynccontextmanager
-async def watch_mirrors(plane: Plane, ns: str, *, interval: float = 0.1
+async def watch_mirrors(plane: Plane, ns: str, *, interval: float = 0.05
                         ) -> AsyncIterator[LiveMirrors]:
     """The namespace's mirrors on both workers, over the block."""
     record = LiveMirrors()
