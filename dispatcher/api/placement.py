@@ -4,7 +4,11 @@ One Placement per manager job that has ever been placed, named by the job's UID,
 dispatcher's own namespace, written by the dispatcher alone (users who may edit
 TrainJobs get no rights on it). It is the truth the quota ledger is built from: the
 worker the job is placed on (empty while it waits after an eviction), the demand booked
-there, and how many times it was evicted. The job's `dispatcher.trainjob.io/cluster`,
+there, how many times it was evicted, and its requeue state: the time before which it
+is not placed again (the eviction backoff) and the workers it is kept off until when
+(Kueue keeps the same in a Workload's `requeueState`). The requeue state is written in
+the same write that releases the placement, so neither a restart nor a failed write
+after it forgets it. The job's `dispatcher.trainjob.io/cluster`,
 `demand` and `evictions` annotations and its finalizer are only a view of it for
 `kubectl`, rewritten from the record when they differ.
 
@@ -13,6 +17,7 @@ there, and how many times it was evicted. The job's `dispatcher.trainjob.io/clus
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -38,6 +43,10 @@ class PlacementRecord:
     """The worker the job is placed on; empty while it is not placed."""
     demand: dict[str, Fraction] = field(default_factory=dict)
     evictions: int = 0
+    not_before: float = 0.0
+    """Wall-clock seconds before which the job is not placed again (0: no backoff)."""
+    excluded: dict[str, float] = field(default_factory=dict)
+    """Worker -> wall-clock seconds until which the job is not offered to it."""
     resource_version: str = ""
     problem: str = ""
     """Why the object could not be read in full (only an admin can write one)."""
@@ -45,6 +54,39 @@ class PlacementRecord:
     @property
     def placed(self) -> bool:
         return bool(self.worker)
+
+    def excluded_at(self, now: float) -> frozenset[str]:
+        """The workers the job is kept off at wall-clock time `now`."""
+        return frozenset(worker for worker, until in self.excluded.items() if until > now)
+
+
+def timestamp_text(seconds: float) -> str:
+    """RFC 3339 with microseconds (a backoff may be shorter than a second)."""
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _timestamp(text: Any, *, path: str) -> float:
+    try:
+        return datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ValueError(f"{path}: {text!r} is not an RFC 3339 time") from None
+
+
+def _requeue_of(spec: JSON) -> tuple[float, dict[str, float]]:
+    """(notBefore, excluded) of `spec.requeue`; a ValueError names what is malformed."""
+    requeue = spec.get("requeue") or {}
+    if not isinstance(requeue, dict):
+        raise ValueError(f"spec.requeue: {requeue!r} is not an object")
+    not_before = (_timestamp(requeue["notBefore"], path="spec.requeue.notBefore")
+                  if requeue.get("notBefore") else 0.0)
+    excluded: dict[str, float] = {}
+    for entry in requeue.get("excludedWorkers") or []:
+        if not isinstance(entry, dict) or not entry.get("worker"):
+            raise ValueError(f"spec.requeue.excludedWorkers: {entry!r} names no worker")
+        excluded[str(entry["worker"])] = _timestamp(
+            entry.get("until"), path="spec.requeue.excludedWorkers.until")
+    return not_before, excluded
 
 
 def record_of(obj: JSON) -> PlacementRecord:
@@ -60,10 +102,15 @@ def record_of(obj: JSON) -> PlacementRecord:
     evictions = spec.get("evictions") or 0
     if not isinstance(evictions, int) or evictions < 0:
         evictions, problem = 0, f"spec.evictions: {evictions!r} is not a count"
+    try:
+        not_before, excluded = _requeue_of(spec)
+    except ValueError as error:
+        not_before, excluded, problem = 0.0, {}, str(error)
     return PlacementRecord(
         uid=str(job.get("uid") or metadata.get("name", "")),
         key=job_key(str(job.get("namespace", "")), str(job.get("name", ""))),
         worker=str(spec.get("worker") or ""), demand=demand, evictions=evictions,
+        not_before=not_before, excluded=excluded,
         resource_version=str(metadata.get("resourceVersion", "")), problem=problem)
 
 
@@ -75,10 +122,17 @@ def placement_spec(record: PlacementRecord) -> JSON:
         "demand": {name: format_quantity(amount)
                    for name, amount in sorted(record.demand.items()) if amount},
         "evictions": record.evictions,
+        "requeue": {
+            "notBefore": timestamp_text(record.not_before) if record.not_before else None,
+            "excludedWorkers": [{"worker": worker, "until": timestamp_text(until)}
+                                for worker, until in sorted(record.excluded.items())],
+        },
     }
 
 
 def placement_body(record: PlacementRecord, *, namespace: str) -> JSON:
+    spec = placement_spec(record)
+    if spec["requeue"]["notBefore"] is None:
+        del spec["requeue"]["notBefore"]  # None only clears it in a merge patch
     return {"apiVersion": API_VERSION, "kind": "Placement",
-            "metadata": {"name": record.uid, "namespace": namespace},
-            "spec": placement_spec(record)}
+            "metadata": {"name": record.uid, "namespace": namespace}, "spec": spec}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -15,12 +16,20 @@ from devkit.localcluster import LocalCluster, LocalControlPlane
 from devkit.localcluster.trainer import end_pods
 from dispatcher.api import conditions
 from dispatcher.api import constants as c
+from dispatcher.api.placement import PLACEMENTS, PlacementRecord, record_of
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.client import ClusterClient
 from dispatcher.kube.resource import Resource
 from tests.conftest import until_answering
-from tests.integration.conftest import DEFAULT_QUOTA, StartDispatcher, eventually
+from tests.integration.conftest import (
+    DEFAULT_QUOTA,
+    StartDispatcher,
+    counted,
+    eventually,
+    looked_at,
+    settled,
+)
 
 pytestmark = pytest.mark.integration
 QUOTAS = {"worker-a": DEFAULT_QUOTA, "worker-b": DEFAULT_QUOTA}
@@ -393,3 +402,68 @@ async def test_revoked_credentials_are_unauthorized_not_unreachable(
         worker = dispatcher.registry.get("worker-b") if dispatcher.registry else None
         return bool(worker and worker.reason == c.REASON_UNAUTHORIZED and not worker.active)
     await eventually(unauthorized, timeout=15)
+
+
+async def _record(clients: dict[str, ClusterClient], namespace: str, name: str
+                  ) -> PlacementRecord | None:
+    job = await Resource(clients["manager"], TRAINJOBS).get(name, namespace=namespace)
+    assert job is not None
+    found = await Resource(clients["manager"], PLACEMENTS).get(
+        job["metadata"]["uid"], namespace=f"{namespace}-system")
+    return record_of(found) if found is not None else None
+
+
+async def test_a_restart_keeps_the_eviction_backoff_and_the_exclusion(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
+    worker_kubeconfigs: dict[str, str],
+) -> None:
+    """The requeue state is in the Placement record: a dispatcher stopped right after
+    it took two jobs off (one evicted, in backoff; one refused by worker-a, kept off it)
+    leaves a successor that neither places the first early nor offers worker-a the
+    second, which fits nowhere else."""
+    squatter = trainjob("contested", namespace)
+    await Resource(admin_clients["worker-a"], TRAINJOBS).create(squatter, namespace=namespace)
+    overrides: dict[str, Any] = {
+        "mirror": {"requeueBackoffSeconds": 20},
+        "placement": {"rejectionBackoffSeconds": 300},
+        "workers": {"static": [  # worker-a the roomier: MostFree offers it first
+            {"name": "worker-a", "kubeconfig": worker_kubeconfigs["worker-a"],
+             "quota": {"cpu": "64", "memory": "64Gi"}},
+            {"name": "worker-b", "kubeconfig": worker_kubeconfigs["worker-b"],
+             "quota": {"cpu": "8", "memory": "8Gi"}}]},
+    }
+    first = await start_dispatcher(**overrides)
+    await create(admin_clients, namespace, ["evicted"])
+    await create(admin_clients, namespace, ["contested"], num_nodes=1,
+                 resources_per_node={"requests": {"cpu": "10"}})  # more than worker-b has
+    await eventually(lambda: _all_placed(admin_clients, namespace, ["evicted"]), timeout=20)
+    where = (await placements(admin_clients, namespace))["evicted"]
+    await Resource(admin_clients[where], TRAINJOBS).delete("evicted", namespace=namespace)
+
+    async def both_taken_off() -> tuple[PlacementRecord, PlacementRecord] | None:
+        evicted = await _record(admin_clients, namespace, "evicted")
+        contested = await _record(admin_clients, namespace, "contested")
+        if (evicted is None or evicted.placed or not evicted.not_before
+                or contested is None or contested.placed or not contested.excluded):
+            return None
+        return evicted, contested
+    evicted, contested = await eventually(both_taken_off, timeout=20)
+    await start_dispatcher.stop(first)
+    assert contested.excluded_at(time.time()) == frozenset({"worker-a"})
+    assert evicted.not_before > time.time() + 10, "the backoff of 20 s has not run out"
+
+    second = await start_dispatcher(**overrides)
+    await settled(second)
+    await looked_at(second, [evicted.uid, contested.uid])
+    assert counted(second, "dispatcher_placements_total") == 0
+    assert counted(second, "dispatcher_dispatch_errors_total") == 0
+    still = await _record(admin_clients, namespace, "evicted")
+    assert still is not None and not still.placed and still.not_before == evicted.not_before
+    refused = await _record(admin_clients, namespace, "contested")
+    assert refused is not None and not refused.placed
+    assert refused.excluded == contested.excluded
+    # Once the backoff runs out, the evicted job is placed again.
+    await eventually(lambda: _all_placed(admin_clients, namespace, ["evicted"]), timeout=30)
+    placed = await _record(admin_clients, namespace, "evicted")
+    assert placed is not None and placed.evictions == 1
+    assert time.time() >= evicted.not_before

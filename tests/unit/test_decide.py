@@ -140,8 +140,16 @@ SHOWN_PLACED = {"conditions": [condition(c.CONDITION_DISPATCHED, c.REASON_PLACED
                                          "running on worker w")]}
 NO_QUOTA = ("couldn't assign flavors to pod set node: insufficient unused quota for cpu in "
             "flavor default, 1 more needed")
-IN_BACKOFF = JobMemory(not_before=NOW + 3)
-"""A job that reaches the queue answers Requeue(3.0): it did not get that far otherwise."""
+IN_BACKOFF = JobMemory()
+"""In a row's memory column: the row's record is in eviction backoff for 3 more seconds,
+so a job that reaches the queue answers Requeue(3.0): it did not get that far otherwise."""
+
+
+def backed_off(snapshot: Snapshot) -> Snapshot:
+    if not isinstance(snapshot, Claimed) or snapshot.record is None:
+        return snapshot
+    return dataclasses.replace(snapshot, record=dataclasses.replace(
+        snapshot.record, not_before=WALL + 3))
 
 
 def workload(*conditions: tuple[str, str, str, str]) -> dict[str, Any]:
@@ -164,7 +172,9 @@ TIMED_OUT_WORKLOAD = workload(("Evicted", "True", "PodsReadyTimeout", "pods not 
 def table(*rows: tuple[Any, ...]) -> dict[str, Any]:
     """pytest parameters from rows of (name, snapshot, expected) or (name, snapshot,
     memory, expected)."""
-    full = [(r[0], r[1], JobMemory(), r[2]) if len(r) == 3 else r for r in rows]
+    full = [(r[0], r[1], JobMemory(), r[2]) if len(r) == 3
+            else (r[0], backed_off(r[1]), JobMemory(), r[3]) if r[2] is IN_BACKOFF else r
+            for r in rows]
     return {"argvalues": [r[1:] for r in full], "ids": [r[0] for r in full]}
 
 
@@ -264,7 +274,7 @@ def test_what_is_left_of_jobs_we_no_longer_hold(snapshot: Snapshot, memory: JobM
                                                    "least 1", reason=c.REASON_INVALID_RESOURCES)),
      a.Wait(c.REASON_INVALID_RESOURCES,
             "not dispatched: spec.trainer.numNodes: 0 must be at least 1", warn=True)),
-    ("wait: eviction backoff", pending(), IN_BACKOFF, a.Requeue(3.0)),
+    ("wait: eviction backoff", pending(record=record(worker="")), IN_BACKOFF, a.Requeue(3.0)),
     ("place: reserved", pending(reservation="w"), a.RecordPlacement("w", DEMAND)),
     ("place: reserved on a worker whose runtime makes it bigger: booked as it is there",
      pending(reservation="w", demand_on={"w": {"cpu": Fraction(6)}}),
@@ -275,16 +285,18 @@ def test_a_pending_job(snapshot: Snapshot, memory: JobMemory, expected: a.Action
 
 
 def test_queue_entry_carries_priority_order_and_current_exclusions() -> None:
-    memory = JobMemory(excluded={"w": NOW + 10, "v": NOW - 1})
-    action = decide(pending(priority=7), memory, CONFIG, kind=KIND)
+    excluding = dataclasses.replace(record(worker=""), excluded={"w": WALL + 10, "v": WALL - 1})
+    memory = JobMemory()
+    action = decide(pending(priority=7, record=excluding), memory, CONFIG, kind=KIND)
     assert isinstance(action, a.Enqueue)
     entry = action.entry
     assert (entry.key, entry.uid, entry.demand, entry.priority) == ("ns/j", UID, DEMAND, 7)
     assert entry.created == "2026-12-02T00:00:00Z"
     assert entry.excluded == frozenset({"w"})
     assert (action.reason, action.message) == ("", "")  # the scheduler has not looked yet
-    # The same memory ten seconds later: the worker is offered the job again.
-    later = decide(pending(now=NOW + 10), memory, CONFIG, kind=KIND)
+    # The same record ten seconds later: the worker is offered the job again.
+    later = decide(pending(now=NOW + 10, wall=WALL + 10, record=excluding), memory, CONFIG,
+                   kind=KIND)
     assert isinstance(later, a.Enqueue) and later.entry.excluded == frozenset()
 
 
@@ -614,7 +626,8 @@ def stray(obj: dict[str, Any]) -> dict[str, Any]:
          f"annotation {c.ANNOTATION_DEMAND} was 'cpu=2,pods=1', the record has none",
          f"finalizer {c.FINALIZER} was set on a job that is not placed"))),
     ("a mirror on an unreachable worker is not adopted (the job waits its turn)",
-     pending(record=None, elsewhere=(Copy(lost(10), None),)), IN_BACKOFF, a.Requeue(3.0)),
+     pending(record=record(worker=""), elsewhere=(Copy(lost(10), None),)), IN_BACKOFF,
+     a.Requeue(3.0)),
     ("placed, a stray live copy on another reachable worker: deleted first",
      placed(elsewhere=(Copy(V, mirror(), DEMAND),)), IN_BACKOFF, a.DeleteMirror("v", mirror())),
     ("placed, a stray copy being deleted: wait for it to go",

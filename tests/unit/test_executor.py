@@ -25,6 +25,7 @@ from dispatcher.config import DispatcherConfig
 from dispatcher.controllers.jobs import actions as a
 from dispatcher.controllers.jobs.bookkeeping import Bookkeeper
 from dispatcher.controllers.jobs.controller import JobsController
+from dispatcher.controllers.jobs.decide import decide
 from dispatcher.controllers.jobs.manager_side import Conflict
 from dispatcher.controllers.jobs.memory import JobMemory, Refusal
 from dispatcher.controllers.jobs.snapshot import Absent, Claimed, Leftover, Snapshot, WorkerState
@@ -48,6 +49,8 @@ UID = "uid-1"
 DEMAND = {"cpu": Fraction(2), "pods": Fraction(1)}
 NOW = 0.0
 """The fake clock's monotonic time, which stands still through every test."""
+EPOCH = FakeClock().time()
+"""The fake clock's wall-clock time (what requeue times in records count from)."""
 ACTIVE = WorkerState(name="w", usable=True, lost_for=None, draining=False, message="")
 
 
@@ -87,6 +90,8 @@ class FakeManager:
         self.calls: list[tuple[Any, ...]] = []
         self.gone = False
         self.conflict = False
+        self.view_conflict = False
+        self.written: list[PlacementRecord] = []
 
     def now(self) -> str:
         return "2026-12-02T00:00:00Z"
@@ -109,6 +114,7 @@ class FakeManager:
         if self.conflict:
             raise Conflict("the record changed")
         self.calls.append(("record", rec.worker, rec.evictions))
+        self.written.append(rec)
         return rec
 
     async def delete_record(self, rec: PlacementRecord) -> None:
@@ -116,6 +122,8 @@ class FakeManager:
 
     async def write_view(self, job: Any, rec: Any) -> Any:
         self.calls.append(("view", rec.worker if rec is not None else None))
+        if self.view_conflict:
+            raise Conflict("the job changed")
         return None if self.gone else job
 
     async def drop_finalizer(self, job: Any) -> Any:
@@ -371,7 +379,7 @@ async def test_reject_keeps_the_job_off_the_worker_and_takes_it_off() -> None:
     assert r.manager.calls == [("record", "", 0), ("view", ""), (
         "waiting", c.REASON_NAME_CONFLICT, "ns/j on w is not a mirror of this job", [])]
     assert UID not in r.ledger and r.memory.refused is None
-    assert r.memory.excluded == {"w": NOW + 30}
+    assert r.manager.written[-1].excluded == {"w": EPOCH + 30}
     assert r.events.recorded == [(c.REASON_NAME_CONFLICT,
                                   "ns/j on w is not a mirror of this job", True)]
 
@@ -390,7 +398,8 @@ async def test_an_eviction_deletes_the_mirror_first_then_requeues_after_the_back
         "waiting", c.REASON_MIRROR_EVICTED, "evicted on worker w; requeued",
         [c.REASON_TOO_MANY_EVICTIONS])]
     assert UID not in r.ledger and not r.ledger.counts_mirror("w", UID)
-    assert r.memory.deleted_mirrors == {"m-1"} and r.memory.not_before == NOW + 8.0
+    assert r.memory.deleted_mirrors == {"m-1"}
+    assert r.manager.written[-1].not_before == EPOCH + 8.0
     assert r.events.recorded == [(c.REASON_EVICTED, "evicted on worker w; requeued", True)]
 
 
@@ -400,7 +409,8 @@ async def test_taking_a_suspended_job_off_is_no_eviction() -> None:
     action = a.Unplace("w", c.REASON_SUSPENDED, "suspended", eviction=False)
     assert await r.execute(claimed(record=record()), action) == Result.done()
     assert r.workers.calls == []  # no mirror to delete: its worker was given up on
-    assert r.events.recorded == [] and r.memory.not_before == 0.0 and UID not in r.ledger
+    assert r.events.recorded == [] and UID not in r.ledger
+    assert r.manager.written[-1].not_before == 0.0 and not r.manager.written[-1].excluded
 
 
 async def test_an_admission_timeout_moves_the_job_and_keeps_it_off_that_worker() -> None:
@@ -409,7 +419,7 @@ async def test_an_admission_timeout_moves_the_job_and_keeps_it_off_that_worker()
                        event_reason=c.REASON_ADMISSION_TIMEOUT, count_requeue=True,
                        exclude=True, mirror=mirror())
     assert await r.execute(claimed(record=record()), action) == Result.after(0.0)
-    assert r.memory.excluded == {"w": NOW + 30}
+    assert r.manager.written[-1].excluded == {"w": EPOCH + 30}
     assert r.events.recorded == [(c.REASON_ADMISSION_TIMEOUT, "not admitted", True)]
 
 
@@ -498,14 +508,40 @@ async def test_a_refused_mirror_is_rejected_and_requeued_in_one_reconcile() -> N
                                           c.ANNOTATION_DEMAND: "cpu=2,pods=1"}),
                      record=record(), booked=True, worker=ACTIVE)
     placed.job["metadata"]["finalizers"] = [c.FINALIZER]
-    r = rig(placed, placed, claimed())
+    taken_off = dataclasses.replace(record(worker=""), excluded={"w": EPOCH + 30})
+    r = rig(placed, placed, claimed(record=taken_off))
     r.ledger.book(Booking(UID, "ns/j", "w", DEMAND))
     r.workers.refusal = Refused(c.REASON_MIRROR_REJECTED, "w rejected the mirror")
     assert await r.controller.reconcile("ns/j") == Result.done()
     assert r.workers.calls == [("create", "w", DEMAND)]
     assert r.manager.calls == [("record", "", 0), ("view", ""),
                                ("waiting", c.REASON_MIRROR_REJECTED, "w rejected the mirror", [])]
+    assert r.manager.written == [taken_off]
     assert r.scheduling.pending[UID].excluded == frozenset({"w"})
+
+
+async def test_a_conflict_on_the_view_loses_neither_the_exclusion_nor_the_backoff() -> None:
+    """The record (with the requeue state) is written before the job's view: a 409 on
+    the view goes back to the key's backoff, and what the record holds still decides."""
+    r = rig()
+    r.ledger.book(Booking(UID, "ns/j", "w", DEMAND))
+    r.manager.view_conflict = True
+    action = a.Unplace("w", c.REASON_MIRROR_EVICTED, "preempted on worker w; requeued",
+                       eviction=True, event_reason=c.REASON_EVICTED, count_requeue=True,
+                       exclude=True, backoff=8.0)
+    with pytest.raises(Conflict):
+        await r.execute(claimed(record=record()), action)
+    written = r.manager.written[-1]
+    assert (written.worker, written.not_before, written.excluded) == (
+        "", EPOCH + 8.0, {"w": EPOCH + 30})
+    assert UID not in r.ledger
+    assert r.events.recorded == [(c.REASON_EVICTED, "preempted on worker w; requeued", True)]
+    # What decides next is the record, read back: in backoff, then off worker w.
+    after = claimed(job=job(), record=written, wall=EPOCH + 1, now=NOW + 1)
+    assert decide(after, JobMemory(), CONFIG, kind=KIND) == a.Requeue(7.0)
+    later = dataclasses.replace(after, wall=EPOCH + 9, now=NOW + 9)
+    queued = decide(later, JobMemory(), CONFIG, kind=KIND)
+    assert isinstance(queued, a.Enqueue) and queued.entry.excluded == frozenset({"w"})
 
 
 async def test_a_conflict_goes_back_to_the_keys_backoff() -> None:

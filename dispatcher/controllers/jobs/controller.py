@@ -10,11 +10,17 @@ next decision on the new state, so a new job goes from queued to mirrored in one
 reconcile; a finished job's clean-up waits its turn in the ordinary lane. A 409 goes
 back to the work queue's per-key backoff.
 
+Taking a job off a worker writes its Placement record first, with the requeue state in
+the same write (the eviction backoff, the workers it is kept off): a failed write after
+it (the job's view, its status), a crash or a new leader loses none of it. Events and
+metrics follow the record, then the view and the status.
+
 The controller is the one writer of each job's `JobMemory` (the only per-job state,
-forgotten on every exit): what the watches report (first seen, mirror news, tombstones),
-the demand a snapshot computed, and what its own writes found (a refusal, mirrors it
-deleted, exclusions and backoffs). The mirror watches also feed the ledger's count of
-live mirrors (`Bookkeeper`).
+forgotten on every exit, none of which decides where or when a job runs after a
+restart): what the watches report (first seen, mirror news, tombstones), the demand a
+snapshot computed, and what its own writes found (a refusal not yet acted on, mirrors it
+deleted). The mirror watches also feed the ledger's count of live mirrors
+(`Bookkeeper`).
 """
 
 from __future__ import annotations
@@ -356,12 +362,22 @@ class JobsController:
                                        f"worker {record.worker} was deleted", warning=True)
 
     async def _write_record(self, s: Claimed, *, worker: str, demand: dict[str, Any],
-                            evictions: int | None = None) -> PlacementRecord:
-        previous = s.record
+                            evictions: int | None = None, backoff: float = 0.0,
+                            exclude: str = "") -> PlacementRecord:
+        """The job's record as it is to be: placed on `worker` (or not, when empty), its
+        requeue state carried over (exclusions still in force) and added to: `backoff`
+        seconds before it is placed again, `exclude` kept off for
+        `placement.rejectionBackoffSeconds`."""
+        previous, now = s.record, self.clock.time()
+        excluded = {name: until for name, until in
+                    (previous.excluded if previous is not None else {}).items() if until > now}
+        if exclude:
+            excluded[exclude] = now + self.config.placement.rejection_backoff_seconds
         record = PlacementRecord(
             uid=s.uid, key=s.key, worker=worker, demand=dict(demand),
             evictions=(evictions if evictions is not None
-                       else previous.evictions if previous is not None else 0))
+                       else previous.evictions if previous is not None else 0),
+            not_before=now + backoff if backoff > 0 else 0.0, excluded=excluded)
         return await self.manager.write_record(record, previous=previous)
 
     async def _record_placement(self, s: Claimed, memory: JobMemory, worker: str,
@@ -436,52 +452,56 @@ class JobsController:
                                    f"{action.finished.get('reason', '')}",
                            warning=self.kind.failed(action.finished))
 
-    async def _take_off(self, s: Claimed, *, evictions: int | None = None) -> JSON | None:
-        """The record says "not placed" (the mirror is gone), then the job's view; the
-        quota is released. The job as written, None when it is gone."""
-        record = await self._write_record(s, worker="", demand={}, evictions=evictions)
+    async def _take_off(self, s: Claimed, *, evictions: int | None = None,
+                        backoff: float = 0.0, exclude: str = "") -> PlacementRecord:
+        """The record says "not placed" (the mirror is gone), with the requeue state, in
+        one write; the quota is released. What follows (the job's view and status) may
+        fail without losing anything: the next decision writes them from the record."""
+        record = await self._write_record(s, worker="", demand={}, evictions=evictions,
+                                          backoff=backoff, exclude=exclude)
         self._release(s.uid)
-        return await self.manager.write_view(s.job, record)
+        return record
+
+    async def _show_waiting(self, s: Claimed, record: PlacementRecord, reason: str,
+                            message: str, *, extra: list[JSON] | None = None) -> bool:
+        """The job's view of `record`, then its status; False when the job is gone."""
+        updated = await self.manager.write_view(s.job, record)
+        if updated is None:
+            return False
+        await self.manager.set_waiting(updated, reason, message, extra=extra)
+        return True
 
     async def _unplace(self, s: Claimed, memory: JobMemory, action: Unplace) -> Result | None:
         if action.mirror is not None and not await self._delete_mirror(
                 action.worker, action.mirror, memory):
             return None  # its worker went since the decision: decide again
-        updated = await self._take_off(s, evictions=action.evictions)
-        if updated is None:
-            return Result.done()
         memory.tombstone = None
-        extra = ([self.kind.failed_condition(
-            c.REASON_TOO_MANY_EVICTIONS, f"evicted {action.evictions} times; last: "
-            f"{action.message}", self.manager.now())] if action.fail else [])
-        await self.manager.set_waiting(updated, action.reason, action.message, extra=extra)
-        if action.exclude:
-            memory.excluded[action.worker] = (
-                self.clock.monotonic() + self.config.placement.rejection_backoff_seconds)
+        backoff = action.backoff if action.count_requeue else 0.0
+        record = await self._take_off(s, evictions=action.evictions, backoff=backoff,
+                                      exclude=action.worker if action.exclude else "")
         if action.event_reason:
-            self.events.record(updated, reason=action.event_reason, message=action.message,
+            self.events.record(s.job, reason=action.event_reason, message=action.message,
                                warning=True)
             log.warning("%s taken off %s (%s): %s", s.key, action.worker, action.reason,
                         action.message, extra={"job": s.key, "worker": action.worker})
         if action.eviction:
             self.metrics.evictions.labels(action.worker, action.reason).inc()
-        if not action.count_requeue:
+        if action.count_requeue:
+            self.metrics.requeues.labels(action.reason).inc()
+        extra = ([self.kind.failed_condition(
+            c.REASON_TOO_MANY_EVICTIONS, f"evicted {action.evictions} times; last: "
+            f"{action.message}", self.manager.now())] if action.fail else [])
+        if not await self._show_waiting(s, record, action.reason, action.message,
+                                        extra=extra) or not action.count_requeue:
             return Result.done()
-        self.metrics.requeues.labels(action.reason).inc()
-        memory.not_before = self.clock.monotonic() + action.backoff
-        return Result.after(action.backoff)
+        return Result.after(backoff)
 
     async def _reject(self, s: Claimed, memory: JobMemory, worker: str, reason: str,
                       message: str) -> Result | None:
         """The worker refused the mirror: try the others for a while, not this one."""
         memory.refused = None
-        memory.excluded[worker] = (self.clock.monotonic()
-                                   + self.config.placement.rejection_backoff_seconds)
+        record = await self._take_off(s, exclude=worker)
         self.metrics.dispatch_errors.labels(worker, reason).inc()
         self.events.record(s.job, reason=reason, message=message, warning=True)
         log.warning("%s: %s", s.key, message, extra={"job": s.key, "worker": worker})
-        updated = await self._take_off(s)
-        if updated is None:
-            return Result.done()
-        await self.manager.set_waiting(updated, reason, message)
-        return None
+        return None if await self._show_waiting(s, record, reason, message) else Result.done()

@@ -65,9 +65,10 @@ actions are in `actions.py`; the rows, in the order they are tried
   either (nothing to tell until it does);
 - not placed: suspended (with Kueue on the manager: its Workload does not ask for a
   placement now, i.e. no quota reserved or our check not Pending), runtime missing,
-  demand or selector invalid -> wait with that reason; in eviction backoff -> wait
-  until then; reserved by the scheduler -> record the placement; else queue it, showing
-  the scheduler's last word on it.
+  demand or selector invalid -> wait with that reason; in eviction backoff (the
+  record's `requeue.notBefore`) -> wait until then; reserved by the scheduler -> record
+  the placement; else queue it (off the workers the record's `requeue.excludedWorkers`
+  names for now), showing the scheduler's last word on it.
 """
 
 from __future__ import annotations
@@ -196,7 +197,7 @@ def _claimed(s: Claimed, memory: JobMemory, config: DispatcherConfig, *,
         return RewriteView(tuple(changed))
     if s.record is not None and s.record.placed:
         return _placed(s, s.record, memory, config, kind=kind)
-    return _pending(s, memory)
+    return _pending(s)
 
 
 def _clean_up(s: Snapshot, leftover: Leftover, config: DispatcherConfig) -> Action:
@@ -460,7 +461,7 @@ def _warning(s: Claimed, reason: str, message: str) -> Wait:
     return Wait(reason, message, warn=news)
 
 
-def _pending(s: Claimed, memory: JobMemory) -> Action:
+def _pending(s: Claimed) -> Action:
     if s.gate is not None and not s.gate.admits:
         return Wait(s.gate.reason, s.gate.message)
     if s.gate is None and s.job["spec"].get("suspend"):
@@ -478,14 +479,16 @@ def _pending(s: Claimed, memory: JobMemory) -> Action:
     except SelectorError as error:
         return _warning(s, c.REASON_INVALID_CLUSTER_SELECTOR,
                         f"not dispatched: annotation {c.ANNOTATION_CLUSTER_SELECTOR}: {error}")
-    if memory.not_before > s.now:
-        return Requeue(memory.not_before - s.now)
+    record = s.record
+    if record is not None and record.not_before > s.wall:
+        return Requeue(record.not_before - s.wall)
     if s.reservation is not None:
         return RecordPlacement(s.reservation, s.demand_on.get(s.reservation, s.demand))
     entry = PendingJob(
         key=s.key, uid=s.uid, demand=s.demand, priority=s.priority,
         created=s.job["metadata"].get("creationTimestamp", ""), selector=selector,
-        excluded=memory.excluded_now(s.now), demand_on=s.demand_on, missing_on=s.missing_on,
+        excluded=record.excluded_at(s.wall) if record is not None else frozenset(),
+        demand_on=s.demand_on, missing_on=s.missing_on,
         priority_class=(s.job["metadata"].get("labels") or {}).get(c.LABEL_PRIORITY_CLASS, ""))
     verdict = s.verdict
     if verdict is None:

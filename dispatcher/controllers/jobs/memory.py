@@ -2,10 +2,11 @@
 
 `JobMemory` holds, per manager job UID: when the job was first seen and when the last
 mirror news arrived (for the latency metrics), its demand for the generation and
-runtime version it was computed from, the workers that refused it and until when, the
-refusal of the mirror just asked for (decided on at once), when it may be placed again
-after an eviction, the last state of its deleted mirror (a tombstone), and the UIDs of
-mirrors this process deleted (whose DELETED events are no news). The controller
+runtime version it was computed from, the refusal of the mirror just asked for (decided
+on at once), the last state of its deleted mirror (a tombstone), and the UIDs of mirrors
+this process deleted (whose DELETED events are no news). When a job may be placed again
+and which workers it is kept off are not here: they are in its Placement record, which
+a restart does not forget. The controller
 (`controller.py`) is its one writer: it records what the watches say and what its
 writes found; the snapshot and `decide` only read it. `JobMemories.forget(uid)` drops
 all of it, on every exit of a job: finalizer removed, finished, deleted (even while
@@ -38,17 +39,11 @@ class JobMemory:
     status_news: float | None = None
     demand: tuple[DemandVersion, dict[str, Fraction]] | None = None
     """(versions, demand) of the last computation."""
-    excluded: dict[str, float] = field(default_factory=dict)
-    """Worker -> monotonic time until which it is not offered this job."""
-    not_before: float = 0.0
     refused: Refusal | None = None
     """The answer to the last mirror create, when it was a refusal not yet acted on."""
     tombstone: tuple[str, JSON] | None = None
     """(worker, last state) of the job's mirror deleted by someone else."""
     deleted_mirrors: set[str] = field(default_factory=set)
-
-    def excluded_now(self, now: float) -> frozenset[str]:
-        return frozenset(worker for worker, until in self.excluded.items() if until > now)
 
 
 class JobMemories:
