@@ -170,9 +170,21 @@ async def cluster_list(manager: ClusterClient, *, console: Console) -> int:
 
 
 async def _priorities(manager: ClusterClient, jobs: list[dict[str, Any]]) -> dict[str, int]:
-    """Each job's priority as the scheduler sees it (one read per priority class)."""
-    cache = PriorityCache(manager, clock=SystemClock())
-    return {object_key(job): await cache.priority(job) for job in jobs}
+    """Each job's priority as the scheduler sees it (the classes and runtimes listed once)."""
+    kind, cache = TrainJobKind(), PriorityCache(manager, clock=SystemClock())
+    runtimes: dict[tuple[str, str], dict[str, Any]] = {}
+    for runtime_kind, resource in kind.runtime_resources.items():
+        for runtime in (await Resource(manager, resource).list())["items"]:
+            runtimes[(runtime_kind, object_key(runtime))] = runtime
+    priorities = {}
+    for job in jobs:
+        runtime = runtimes.get(kind.runtime_ref(job))
+        try:
+            pods_class = kind.pods_priority_class(kind.parse_runtime(runtime)) if runtime else ""
+        except DemandError:
+            pods_class = ""
+        priorities[object_key(job)] = (await cache.priority(job, pods_class=pods_class)).value
+    return priorities
 
 
 async def _dispatcher_events(manager: ClusterClient, namespace: str | None

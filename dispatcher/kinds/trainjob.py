@@ -67,6 +67,16 @@ class TrainJobKind:
         name = f"{runtime.get('kind')} {runtime['metadata']['name']!r}"
         return demand_with_spec(job, parsed_runtime, mode=mode, runtime_name=name)
 
+    def pods_priority_class(self, parsed_runtime: Any) -> str:
+        """The first `priorityClassName` of the runtime's pod templates ("" for none)."""
+        template = parsed_runtime.template.spec if parsed_runtime.template else None
+        for replicated in (template.replicated_jobs if template else None) or []:
+            job_spec = replicated.template.spec if replicated.template else None
+            pod = job_spec.template.spec if job_spec and job_spec.template else None
+            if pod is not None and pod.priority_class_name:
+                return str(pod.priority_class_name)
+        return ""
+
     def build_mirror(self, job: JSON, *, origin: str, local_queue: str) -> JSON:
         """Same namespace, name and spec without `managedBy`; origin label, manager UID."""
         metadata = job["metadata"]

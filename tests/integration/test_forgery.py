@@ -9,6 +9,7 @@ demand on a worker than its quota, no mirror left behind. Then the same after a 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -359,3 +360,42 @@ async def _gone(jobs: Resource, name: str, namespace: str) -> bool:
 
 async def _more_than(read: Any, floor: float) -> bool:
     return bool(read() > floor)
+
+
+async def test_a_priority_label_a_user_writes_does_not_pass_an_older_job(
+    start_dispatcher: StartDispatcher, control_plane: LocalControlPlane,
+    admin_clients: dict[str, ClusterClient], namespace: str,
+) -> None:
+    """The label `kueue.x-k8s.io/priority-class` names a WorkloadPriorityClass only: a
+    user who labels a job with the Kubernetes class `system-cluster-critical` (which
+    every API server has) gets priority 0, behind an older job, and is told why."""
+    admin = admin_clients["manager"]
+    assert await Resource(admin, ResourceKind("scheduling.k8s.io", "v1", "priorityclasses",
+                                              namespaced=False)).get(
+        "system-cluster-critical") is not None
+    fleet = Fleet(admin_clients, namespace)
+    await start(start_dispatcher, control_plane)
+    async with namespace_editor(control_plane, admin, namespace) as user:
+        jobs = Resource(user, TRAINJOBS)
+        for name in ("running-a", "running-b"):  # both workers full
+            await jobs.create(full_job(name, namespace), namespace=namespace)
+        for name in ("running-a", "running-b"):
+            await eventually(lambda n=name: fleet.mirrors_of(n), timeout=20)
+        await jobs.create(full_job("older", namespace), namespace=namespace)
+        await asyncio.sleep(1.1)  # creation times count in seconds: older is older
+        await jobs.create(full_job("labelled", namespace, labels={
+            c.LABEL_PRIORITY_CLASS: "system-cluster-critical"}), namespace=namespace)
+
+        async def told_why() -> dict[str, Any] | None:
+            shown = dispatched(await jobs.get("labelled", namespace=namespace))
+            return shown if "priority 0:" in shown.get("message", "") else None
+        shown = await eventually(told_why, timeout=20)
+        assert shown["reason"] == c.REASON_WAITING_FOR_QUOTA
+        assert "'system-cluster-critical', which is no WorkloadPriorityClass" in shown[
+            "message"]
+
+        await jobs.delete("running-a", namespace=namespace)
+        await eventually(lambda: fleet.mirrors_of("older"), timeout=30)
+        assert await fleet.mirrors_of("labelled") == []
+        assert not await fleet.within_quota()
+        assert not await fleet.invariants()

@@ -45,6 +45,8 @@ class FakeClient:
         """What GET answers, by path; DELETE removes from it."""
         self.errors: dict[str, BaseException] = {}
         """An error to raise for every request of a verb ("probe", "get", "patch", ...)."""
+        self.lists: dict[str, list[JSON]] = {}
+        """What LIST answers, by path (no items for any other)."""
         self.requests: list[Request] = []
         self.closed = False
 
@@ -62,7 +64,7 @@ class FakeClient:
         if verb in self.errors:
             raise self.errors[verb]
         if verb == "list":
-            return {"items": [], "metadata": {"resourceVersion": "1"}}
+            return {"items": list(self.lists.get(path, [])), "metadata": {"resourceVersion": "1"}}
         if verb == "get":
             if path not in self.objects:
                 raise ApiException(status=404, reason="Not Found")

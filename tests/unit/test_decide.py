@@ -23,6 +23,7 @@ from dispatcher.config import DispatcherConfig
 from dispatcher.controllers.jobs import actions as a
 from dispatcher.controllers.jobs.decide import decide
 from dispatcher.controllers.jobs.memory import JobMemory, Refusal
+from dispatcher.controllers.jobs.priority import Priority
 from dispatcher.controllers.jobs.snapshot import (
     Absent,
     Claimed,
@@ -287,7 +288,7 @@ def test_a_pending_job(snapshot: Snapshot, memory: JobMemory, expected: a.Action
 def test_queue_entry_carries_priority_order_and_current_exclusions() -> None:
     excluding = dataclasses.replace(record(worker=""), excluded={"w": WALL + 10, "v": WALL - 1})
     memory = JobMemory()
-    action = decide(pending(priority=7, record=excluding), memory, CONFIG, kind=KIND)
+    action = decide(pending(priority=Priority(7), record=excluding), memory, CONFIG, kind=KIND)
     assert isinstance(action, a.Enqueue)
     entry = action.entry
     assert (entry.key, entry.uid, entry.demand, entry.priority) == ("ns/j", UID, DEMAND, 7)

@@ -485,7 +485,7 @@ def _pending(s: Claimed) -> Action:
     if s.reservation is not None:
         return RecordPlacement(s.reservation, s.demand_on.get(s.reservation, s.demand))
     entry = PendingJob(
-        key=s.key, uid=s.uid, demand=s.demand, priority=s.priority,
+        key=s.key, uid=s.uid, demand=s.demand, priority=s.priority.value,
         created=s.job["metadata"].get("creationTimestamp", ""), selector=selector,
         excluded=record.excluded_at(s.wall) if record is not None else frozenset(),
         demand_on=s.demand_on, missing_on=s.missing_on,
@@ -494,4 +494,5 @@ def _pending(s: Claimed) -> Action:
     if verdict is None:
         return Enqueue(entry)
     where = f" (position {verdict.position} in the queue)" if verdict.position else ""
-    return Enqueue(entry, reason=verdict.reason, message=verdict.message + where)
+    why = f"; priority {s.priority.value}: {s.priority.why}" if s.priority.why else ""
+    return Enqueue(entry, reason=verdict.reason, message=verdict.message + where + why)

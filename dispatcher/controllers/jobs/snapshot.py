@@ -34,7 +34,7 @@ from dispatcher.clock import Clock
 from dispatcher.config import DispatcherConfig
 from dispatcher.controllers.admission.gate import Gate
 from dispatcher.controllers.jobs.memory import DemandVersion, JobMemories, JobMemory
-from dispatcher.controllers.jobs.priority import PriorityCache
+from dispatcher.controllers.jobs.priority import NO_PRIORITY, Priority, PriorityCache
 from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.scheduling import SchedulingLoop
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
@@ -154,7 +154,8 @@ class Claimed:
     the job (what the mirror's pods would be made from); None when not known."""
     cannot_run_there: str = ""
     """Placed, no mirror yet: why the worker's current copy of the runtime cannot run it."""
-    priority: int = 0
+    priority: Priority = NO_PRIORITY
+    """The job's priority in the queue (pending jobs), and where it comes from."""
     reservation: str | None = None
     verdict: Decision | None = None
     """The scheduler's last word on the job while it waits in the queue."""
@@ -251,11 +252,16 @@ class SnapshotReader:
             demand_version=version, demand_on=demand_on, missing_on=missing_on,
             demand_there=there if isinstance(there, dict) else None,
             cannot_run_there=there if isinstance(there, str) else "",
-            priority=await self._priorities.priority(job) if pending and demand else 0,
+            priority=await self._priority(job, runtime) if pending and demand else NO_PRIORITY,
             reservation=self._scheduling.reservation(uid),
             verdict=self._scheduling.decisions.get(uid) if pending else None,
             gate=self._gates(job) if self._gates is not None else None,
         )
+
+    async def _priority(self, job: JSON, runtime: JSON | None) -> Priority:
+        pods_class = (self._kind.pods_priority_class(self._parsed(runtime))
+                      if runtime is not None else "")
+        return await self._priorities.priority(job, pods_class=pods_class)
 
     def _hinted(self, job: JSON) -> WorkerConnection | None:
         """The registered worker a job's annotation names, when the job holds our
