@@ -280,7 +280,7 @@ async def running_dispatcher(plane: LocalControlPlane,
     config = {
         "managerKubeconfig": str(plane.clusters["manager"].kubeconfig_path),
         "claim": {"namespaces": [NAMESPACE]}, "mirror": {"origin": "bench"},
-        "server": {"host": "127.0.0.1", "port": port},
+        "server": {"host": "127.0.0.1", "port": port, "statusPort": 0},
         "client": DISPATCHER_CLIENT,
         "workers": {"fromCRD": False, "probeIntervalSeconds": 2, "static": [
             {"name": w, "kubeconfig": str(plane.clusters[w].kubeconfig_path),

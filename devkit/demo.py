@@ -23,7 +23,7 @@ from rich.table import Table
 
 from devkit.localcluster import LocalControlPlane
 from devkit.localcluster.trainer import chain_crd_files, kwok_timed, pods_by_node
-from devkit.localenv import CLUSTERS, QUOTAS, start_chain
+from devkit.localenv import CLUSTERS, QUOTAS, server_config, start_chain
 from dispatcher.admin import ensure_namespace, register_worker
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINJOBS
 from dispatcher.app import Dispatcher
@@ -91,7 +91,7 @@ async def _run(console: Console, clusters: dict[str, Any], clients: dict[str, Cl
         await Resource(client, CLUSTER_TRAINING_RUNTIMES).apply(
             kwok_timed(runtime, run_seconds=run_seconds), field_manager="demo")
     config = DispatcherConfig.model_validate({
-        "server": {"host": "127.0.0.1", "port": port},
+        "server": server_config(port),
         "workers": {"probeIntervalSeconds": 2},
     })
     for name in ("worker-a", "worker-b"):

@@ -98,18 +98,26 @@ class AlreadyUp(Exception):
 
 
 class PortInUse(Exception):
-    """The status page and metrics port is taken."""
+    """The status page's port, or the one after it (/metrics), is taken."""
+
+
+def server_config(port: int) -> dict[str, Any]:
+    """The status page on `port`, /metrics on the next one (both picked when 0), all on
+    127.0.0.1."""
+    return {"host": "127.0.0.1", "port": port + 1 if port else 0,
+            "statusHost": "127.0.0.1", "statusPort": port}
 
 
 def check_port(port: int) -> None:
     if port == 0:
         return
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            raise PortInUse(f"port {port} on 127.0.0.1 is in use (`make demo`?); "
-                            "pass --port 0 to pick a free one") from None
+    for taken in (port, port + 1):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", taken))
+            except OSError:
+                raise PortInUse(f"port {taken} on 127.0.0.1 is in use (`make demo`?); "
+                                "pass --port 0 to pick free ones") from None
 
 
 class UpLock:
@@ -182,6 +190,7 @@ class Environment:
     def info(self) -> dict[str, Any]:
         assert self.dispatcher.server is not None
         base = f"http://127.0.0.1:{self.dispatcher.server.port}"
+        page = self.dispatcher.status_server
         kubectl = self.plane.binaries / "kubectl"
         return {
             "pid": os.getpid(),
@@ -190,7 +199,7 @@ class Environment:
                             for name in self.plane.clusters},
             "kubectl": str(kubectl) if kubectl.exists() else "",
             "kubernetesVersion": self.plane.binaries.name,
-            "statusPage": f"{base}/" if self.dispatcher.config.server.status_page else "",
+            "statusPage": f"http://127.0.0.1:{page.port}/" if page is not None else "",
             "metrics": f"{base}/metrics",
         }
 
@@ -320,7 +329,7 @@ async def _serve(plane: LocalControlPlane, clients: dict[str, ClusterClient], *,
                  directory: Path, port: int, run_seconds: float, kueue: bool,
                  out: IO[str]) -> None:
     config = DispatcherConfig.model_validate({
-        "server": {"host": "127.0.0.1", "port": port},
+        "server": server_config(port),
         "workers": {"probeIntervalSeconds": 2},
     })
     await _prepare(plane, clients, config, kueue=kueue, run_seconds=run_seconds)

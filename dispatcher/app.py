@@ -52,7 +52,7 @@ from dispatcher.observability import termview
 from dispatcher.observability.events import EventRecorder
 from dispatcher.observability.gauges import Gauges, Reading
 from dispatcher.observability.metrics import Metrics
-from dispatcher.observability.server import HealthServer
+from dispatcher.observability.server import Site, health_site, status_site
 from dispatcher.observability.statusview import StatusView, build_view
 from dispatcher.placement.ledger import Ledger
 from dispatcher.placement.scheduler import Decision
@@ -189,7 +189,8 @@ class LeaderTerm:
             manager=manager, trainjobs=self.trainjobs, records=self.records,
             registry=self.registry, claim=claim, kind=kind,
             origin=cfg.mirror.origin, keep_finished=cfg.mirror.keep_finished,
-            interval=cfg.gc.interval_seconds, metrics=metrics, clock=clock)
+            interval=cfg.gc.interval_seconds, metrics=metrics, clock=clock,
+            on_opened=self._on_worker_opened)
         self.trainjobs.add_handler(self.jobs.on_job_event)
         placements.add_handler(self.jobs.on_record_event)
         for runtime_informer in runtimes.values():
@@ -276,22 +277,16 @@ class LeaderTerm:
         self.gauges.worker_usable(worker.name, worker.usable())
         if worker.usable() and not worker.collected:
             self.tasks.start_once(f"worker/{worker.name}/gc-on-connect",
-                                  lambda: self._collect_then_open(worker))
+                                  lambda: self.gc.collect_until_open(worker))
 
     def _on_mirrors_reset(self, worker: str) -> None:
         self.ledger.forget_mirrors(worker)
         self.scheduling.trigger()
 
-    async def _collect_then_open(self, worker: WorkerConnection) -> None:
-        """Collect the worker's stale mirrors, then offer it to the scheduler."""
-        try:
-            await self.gc.collect(worker)
-        except Exception as error:
-            log.warning("collecting stale mirrors on %s failed: %s", worker.name, error,
-                        extra={"worker": worker.name})
-            return
-        worker.collected = True
+    def _on_worker_opened(self, worker: WorkerConnection) -> None:
+        """Its stale mirrors are collected: the scheduler may place on it now."""
         self.scheduling.trigger()
+        self.worker_clusters.trigger()
 
     def _on_mirror_event(self, worker: str, event_type: str, obj: dict[str, Any]) -> None:
         self.jobs.on_mirror_event(worker, event_type, obj)
@@ -339,7 +334,8 @@ class Dispatcher:
         self.instance = instance or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.metrics = Metrics()
         self.ready = asyncio.Event()
-        self.server: HealthServer | None = None
+        self.server: Site | None = None
+        self.status_server: Site | None = None
         self.ledger = Ledger()
         self.capacities = Capacities(ledger=self.ledger, kind=self.kind,
                                      origin=config.mirror.origin)
@@ -388,14 +384,20 @@ class Dispatcher:
         """Serve health and metrics; work (alone, or while holding the Lease)."""
         cfg = self.config
         manager = await self._manager_client()
-        status = self.status_view_build if cfg.server.status_page else None
-        self.server = HealthServer(registry=self.metrics.registry, host=cfg.server.host,
-                                   port=cfg.server.port, ready=self.ready.is_set,
-                                   role=lambda: "leader" if self.leading else "standby",
-                                   clock=self.clock, status=status)
+        def role() -> str:
+            return "leader" if self.leading else "standby"
+        self.server = health_site(registry=self.metrics.registry, host=cfg.server.host,
+                                  port=cfg.server.port, ready=self.ready.is_set, role=role)
         await self.server.start()
         log.info("serving /metrics, /healthz, /readyz on %s:%d", cfg.server.host,
                  self.server.port)
+        if cfg.server.status_page:
+            self.status_server = status_site(
+                provider=self.status_view_build, role=role, clock=self.clock,
+                host=cfg.server.status_host, port=cfg.server.status_port)
+            await self.status_server.start()
+            log.info("serving the status page on http://%s:%d/", cfg.server.status_host,
+                     self.status_server.port)
         try:
             if not cfg.leader_election.enabled:
                 self._set_leading(True)
@@ -410,6 +412,8 @@ class Dispatcher:
                 work=lambda: self._work(manager), on_leading=self._set_leading,
             )
         finally:
+            if self.status_server is not None:
+                await self.status_server.stop()
             await self.server.stop()
             await manager.close()
 

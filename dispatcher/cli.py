@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run on a local manager and two local workers")
     demo.add_argument("--jobs-seconds", type=float, default=6.0,
                       help="how long kwok runs each pod of the sample jobs")
-    demo.add_argument("--port", type=int, default=9464, help="metrics port (0 picks one)")
+    demo.add_argument("--port", type=int, default=9464,
+                      help="port of the status page; /metrics on the next one (0 picks both)")
     demo.add_argument("--stay", action="store_true",
                       help="stay up until Ctrl-C instead (same as `dispatcher up`)")
     up = commands.add_parser("up", help="a local manager and workers that stay up until "
@@ -47,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where kubeconfigs and data go (default "
                          "~/.cache/trainjob-dispatcher/up)")
     up.add_argument("--port", type=int, default=9464,
-                    help="port of the status page and /metrics (0 picks one)")
+                    help="port of the status page; /metrics on the next one (0 picks both)")
     up.add_argument("--jobs-seconds", type=float, default=30.0,
                     help="how long kwok runs each pod of the sample jobs")
     up.add_argument("--kueue", action="store_true",

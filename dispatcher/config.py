@@ -199,9 +199,15 @@ class ServerConfig(_Group):
     port: int = Field(8080, ge=0, le=65535, description="Port of the same; 0 picks one.")
     status_page: bool = Field(
         True, alias="statusPage",
-        description="Serve the read-only status page at / and /api/status beside /metrics "
-                    "(it shows job names and namespaces).",
+        description="Serve the read-only status page (/ and /api/status) on statusHost:"
+                    "statusPort (it shows every namespace's job names).",
     )
+    status_host: str = Field(
+        "127.0.0.1", alias="statusHost",
+        description="Address of the status page: loopback, reached with `kubectl "
+                    "port-forward`, unless set to one the network reaches on purpose.")
+    status_port: int = Field(8081, alias="statusPort", ge=0, le=65535,
+                             description="Port of the status page; 0 picks one.")
 
 
 class LeaderElectionConfig(_Group):

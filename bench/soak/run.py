@@ -109,7 +109,8 @@ async def soak(minutes: float, rate: float, seed: int) -> dict[str, Any]:
         config = {
             "managerKubeconfig": str(plane.clusters["manager"].kubeconfig_path),
             "claim": {"namespaces": [NAMESPACE]}, "mirror": {"origin": NAMESPACE},
-            "server": {"host": "127.0.0.1", "port": 0}, "client": {"timeoutSeconds": 3},
+            "server": {"host": "127.0.0.1", "port": 0, "statusPort": 0},
+            "client": {"timeoutSeconds": 3},
             "gc": {"intervalSeconds": 5},
             "workers": {"fromCRD": False, "probeIntervalSeconds": 1,
                         "lostTimeoutSeconds": lost_timeout, "static": [

@@ -10,13 +10,17 @@ caches; each is confirmed against the API server (the job and its record) before
 deleted, with the mirror's UID as a precondition, so a mirror created a moment ago is
 never lost: its record was written before it.
 The collector runs every `gc.intervalSeconds` (of the injected `Clock`) and, before
-anything new is placed on it, on every worker that (re)connects.
+anything new is placed on it, on every worker that (re)connects. A worker is offered to
+the scheduler (`WorkerConnection.collected`) after the first collection since it became
+active that succeeded, whichever run it was: a failed one on connect is retried
+(`collect_until_open`, with backoff) and any periodic one may open it too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -41,7 +45,9 @@ class GarbageCollector:
     def __init__(self, *, manager: ClusterClient, trainjobs: Informer,
                  records: PlacementRecords, registry: WorkerRegistry, claim: Claim,
                  kind: JobKind, origin: str, keep_finished: bool, interval: float,
-                 metrics: Metrics, clock: Clock) -> None:
+                 metrics: Metrics, clock: Clock,
+                 on_opened: Callable[[WorkerConnection], None] = lambda worker: None
+                 ) -> None:
         self._jobs = Resource(manager, kind.kind)
         self._placements = Resource(manager, PLACEMENTS)
         self._cache = trainjobs
@@ -54,6 +60,7 @@ class GarbageCollector:
         self._interval = interval
         self._metrics = metrics
         self._clock = clock
+        self._on_opened = on_opened
 
     def _orphan(self, mirror: JSON, job: JSON | None, record: PlacementRecord | None,
                 worker: str) -> str | None:
@@ -107,16 +114,34 @@ class GarbageCollector:
                          extra={"job": key, "worker": worker.name})
         return deleted
 
-    async def collect_quietly(self, worker: WorkerConnection) -> None:
-        """`collect`, with a failure logged (the next periodic run tries again)."""
+    async def collect_quietly(self, worker: WorkerConnection) -> bool:
+        """`collect`, with a failure logged (the next run tries again); a success opens a
+        worker not yet collected since it became active. Whether it succeeded."""
         if not worker.usable():
-            return
+            return False
         try:
             await self.collect(worker)
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            log.warning("garbage collection on %s failed: %s", worker.name, error)
+            log.warning("collecting stale mirrors on %s failed: %s", worker.name, error,
+                        extra={"worker": worker.name})
+            return False
+        if worker.usable() and not worker.collected:
+            worker.collected = True
+            self._on_opened(worker)
+        return True
+
+    async def collect_until_open(self, worker: WorkerConnection, *,
+                                 first_retry: float = 1.0, longest: float = 30.0) -> None:
+        """Collect on a worker that just became active until one run succeeds (it is then
+        open), retrying with a doubling delay while it stays usable and unopened."""
+        delay = first_retry
+        while worker.usable() and not worker.collected:
+            if await self.collect_quietly(worker):
+                return
+            await self._clock.sleep(delay)
+            delay = min(delay * 2, longest)
 
     async def collect_all(self) -> None:
         for worker in list(self._registry.workers.values()):

@@ -1,8 +1,12 @@
-"""The HTTP endpoints Kubernetes and Prometheus use: /metrics, /healthz, /readyz.
+"""The HTTP endpoints: /metrics, /healthz and /readyz on one address, the status page on
+another.
 
 `/healthz` answers 200 while the event loop runs. `/readyz` answers 200 once the caches
-are synced and the ledger rebuilt; its body says `leader` or `standby`. Given a status
-provider, the same server also serves the read-only status page (`statuspage.py`) at `/`.
+are synced and the ledger rebuilt; its body says `leader` or `standby`. They and
+`/metrics` are served where the kubelet and Prometheus reach them (`server.host`,
+`server.port`). The read-only status page (`statuspage.py`) lists every namespace's job
+names, so it has an address of its own (`server.statusHost`, `server.statusPort`),
+loopback unless an admin opens it on purpose.
 """
 
 from __future__ import annotations
@@ -16,48 +20,58 @@ from dispatcher.clock import Clock
 from dispatcher.observability.statuspage import StatusPage, StatusProvider
 
 
-class HealthServer:
-    def __init__(self, *, registry: CollectorRegistry, host: str, port: int,
-                 ready: Callable[[], bool], role: Callable[[], str], clock: Clock,
-                 status: StatusProvider | None = None) -> None:
-        self._registry = registry
-        self._host = host
-        self._port = port
-        self._ready = ready
-        self._role = role
-        self._status = status
-        self._clock = clock
-        self._runner: web.AppRunner | None = None
+class Site:
+    """One aiohttp application served on one address until `stop`."""
+
+    def __init__(self, app: web.Application, *, host: str, port: int) -> None:
+        self._app = app
+        self.host = host
         self.port = port
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        body = generate_latest(self._registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    async def _readyz(self, request: web.Request) -> web.Response:
-        role = self._role()
-        if role == "standby":
-            return web.Response(text="standby")
-        return web.Response(text=role if self._ready() else "starting",
-                            status=200 if self._ready() else 503)
+        self._runner: web.AppRunner | None = None
+        self.bound: tuple[str, int] | None = None
+        """The address the socket is bound to, once started."""
 
     async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        if self._status is not None:
-            StatusPage(provider=self._status, role=self._role,
-                       clock=self._clock).add_routes(app)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(self._app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
+        await web.TCPSite(self._runner, self.host, self.port).start()
+        host, port = self._runner.addresses[0][:2]
+        self.bound = (str(host), int(port))
+        self.port = int(port)
 
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+            self._runner = None
+
+
+def health_site(*, registry: CollectorRegistry, host: str, port: int,
+                ready: Callable[[], bool], role: Callable[[], str]) -> Site:
+    """/metrics, /healthz and /readyz."""
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(request: web.Request) -> web.Response:
+        current = role()
+        if current == "standby":
+            return web.Response(text="standby")
+        return web.Response(text=current if ready() else "starting",
+                            status=200 if ready() else 503)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return Site(app, host=host, port=port)
+
+
+def status_site(*, provider: StatusProvider, role: Callable[[], str], clock: Clock,
+                host: str, port: int) -> Site:
+    """The status page on an address of its own."""
+    app = web.Application()
+    StatusPage(provider=provider, role=role, clock=clock).add_routes(app)
+    return Site(app, host=host, port=port)

@@ -3,8 +3,9 @@
 The page is plain HTML, CSS and a small script shipped in the package (no build step);
 the script polls `/api/status?offset=&limit=` every two seconds and draws what
 `statusview.build_view` made. Nothing here writes: every route is a GET. It shows job
-names and namespaces, so it is served where /metrics is (`server.host`/`server.port`)
-and `server.statusPage: false` turns it off. The cache's age and the view's time are read
+names and namespaces, so it is served on an address of its own, loopback by default
+(`server.statusHost`/`server.statusPort`, see `server.py`), and `server.statusPage:
+false` turns it off. The cache's age and the view's time are read
 from the injected `Clock`.
 """
 

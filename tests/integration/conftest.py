@@ -80,7 +80,7 @@ def base_config(control_plane: LocalControlPlane, namespace: str) -> dict[str, A
             "lostTimeoutSeconds": 30,
         },
         "gc": {"intervalSeconds": 1},
-        "server": {"host": "127.0.0.1", "port": 0},
+        "server": {"host": "127.0.0.1", "port": 0, "statusPort": 0},
         "client": {"timeoutSeconds": 3},
     }
 

@@ -91,8 +91,8 @@ async def test_chromium_renders_workers_bars_the_queue_and_running_jobs(
     # does not exist, so it is placed but not running.
     await eventually(lambda: _state_is(dispatcher, "big-1", "Running"), timeout=30)
 
-    assert dispatcher.server is not None
-    url = f"http://127.0.0.1:{dispatcher.server.port}/"
+    assert dispatcher.status_server is not None
+    url = f"http://127.0.0.1:{dispatcher.status_server.port}/"
     dom = await chromium(url, tmp_path / "profile", "--dump-dom")
     assert 'data-loaded="true"' in dom
     assert rows(dom, "queue")[:2] == [
@@ -135,9 +135,28 @@ async def _state_is(dispatcher: Any, name: str, state: str) -> bool:
                for r in dispatcher.status_view().placed.items)
 
 
+async def test_the_page_is_on_loopback_apart_from_metrics(
+        start_dispatcher: StartDispatcher) -> None:
+    """By default the page is bound to 127.0.0.1 on its own port, whatever address
+    /metrics has; the metrics address serves no page."""
+    dispatcher = await start_dispatcher(server={"host": "0.0.0.0"})
+    assert dispatcher.server is not None and dispatcher.status_server is not None
+    assert dispatcher.server.bound is not None and dispatcher.server.bound[0] == "0.0.0.0"
+    assert dispatcher.status_server.bound == ("127.0.0.1", dispatcher.status_server.port)
+    metrics = f"http://127.0.0.1:{dispatcher.server.port}"
+    page = f"http://127.0.0.1:{dispatcher.status_server.port}"
+    async with aiohttp.ClientSession() as session:
+        for url, status in ((f"{metrics}/", 404), (f"{metrics}/api/status", 404),
+                            (f"{metrics}/metrics", 200), (f"{metrics}/readyz", 200),
+                            (f"{page}/", 200), (f"{page}/api/status", 200),
+                            (f"{page}/metrics", 404)):
+            async with session.get(url) as response:
+                assert response.status == status, url
+
+
 async def test_the_page_can_be_turned_off(start_dispatcher: StartDispatcher) -> None:
     dispatcher = await start_dispatcher(server={"statusPage": False})
-    assert dispatcher.server is not None
+    assert dispatcher.server is not None and dispatcher.status_server is None
     base = f"http://127.0.0.1:{dispatcher.server.port}"
     async with aiohttp.ClientSession() as session:
         for path, status in (("/", 404), ("/api/status", 404), ("/metrics", 200)):

@@ -4,9 +4,12 @@ A mirror carries the origin label, the manager job's UID and the demand booked f
 (`dispatcher.trainjob.io/demand`), so the ledger can count it as what it is: evidence of
 what runs on the worker, whatever the manager says.
 
-A create that meets a 409 reads what is there and accepts it only when it carries our
-origin label and the manager job's UID; anything else there is a name conflict. A
-refusal (400, 403, 404, 409, 422) is the worker rejecting the mirror. Deletes carry the
+With `workers.createNamespaces`, the job's namespace is made on the worker before its
+first mirror there, and remembered as made; a create that answers 404 because the
+namespace has gone since (deleted on the worker) forgets it, makes it again and tries
+once more. A create that meets a 409 reads what is there and accepts it only when it
+carries our origin label and the manager job's UID; anything else there is a name
+conflict. A refusal (400, 403, 404, 409, 422) is the worker rejecting the mirror. Deletes carry the
 mirror's UID as a precondition, so a mirror re-created a moment ago is never lost, and
 an object we did not create is never touched. Each write answers what it found; the
 controller records it (this module remembers nothing of the job).
@@ -61,6 +64,14 @@ class WorkerWriter:
                 raise
         known.add(namespace)
 
+    def _forget_namespace(self, worker: WorkerConnection, namespace: str) -> bool:
+        """Forget that `namespace` exists on `worker`; whether it was thought to."""
+        known = self._namespaces.get(worker.name, set())
+        if namespace not in known:
+            return False
+        known.discard(namespace)
+        return True
+
     async def create_mirror(self, job: JSON, worker: WorkerConnection,
                             demand: Mapping[str, Fraction]) -> tuple[JSON, bool] | Refused:
         """(the mirror now on the worker, whether this call created it), or why not."""
@@ -72,7 +83,14 @@ class WorkerWriter:
         remote = Resource(worker.client, self.kind.kind)
         await self._ensure_namespace(worker, metadata["namespace"])
         try:
-            created = await remote.create(body, namespace=metadata["namespace"])
+            try:
+                created = await remote.create(body, namespace=metadata["namespace"])
+            except ApiException as error:
+                if not (error.status == 404 and self._forget_namespace(
+                        worker, metadata["namespace"])):
+                    raise
+                await self._ensure_namespace(worker, metadata["namespace"])
+                created = await remote.create(body, namespace=metadata["namespace"])
         except ApiException as error:
             if error.status == 409:
                 existing = await remote.get(metadata["name"], namespace=metadata["namespace"])
