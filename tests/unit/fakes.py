@@ -47,6 +47,9 @@ class FakeClient:
         """An error to raise for every request of a verb ("probe", "get", "patch", ...)."""
         self.lists: dict[str, list[JSON]] = {}
         """What LIST answers, by path (no items for any other)."""
+        self.script: dict[str, list[BaseException | JSON]] = {}
+        """Answers to the next requests of a verb, in order, before any of the above: an
+        exception is raised, an object returned."""
         self.requests: list[Request] = []
         self.closed = False
 
@@ -61,6 +64,11 @@ class FakeClient:
                       verb: str | None = None) -> JSON:
         verb = verb or method.lower()
         self.requests.append(Request(verb, path, body))
+        if self.script.get(verb):
+            answer = self.script[verb].pop(0)
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer
         if verb in self.errors:
             raise self.errors[verb]
         if verb == "list":

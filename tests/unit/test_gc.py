@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from devkit.fakeclock import FakeClock
 from dispatcher.api import constants as c
@@ -62,7 +63,9 @@ class Setup:
             registry=FakeRegistry(self.worker),  # type: ignore[arg-type]
             claim=Claim(ClaimConfig(labelSelector="team=a")), kind=TrainJobKind(),
             origin="test", keep_finished=False, interval=INTERVAL,
-            metrics=self.metrics, clock=self.clock)
+            metrics=self.metrics, clock=self.clock,
+            on_opened=lambda opened: self.opened.append(opened.name))
+        self.opened: list[str] = []
 
     def collected(self) -> float:
         value = self.metrics.registry.get_sample_value(
@@ -120,3 +123,30 @@ async def test_a_mirror_of_a_job_no_longer_claimed_and_unrecorded_is_an_orphan(
     deleted = {r.path for r in setup.remote.made("delete")}
     assert deleted == {TRAINJOBS.path(namespace="ns", name=n) for n in ("gone", "unclaimed")}
     assert sorted(setup.worker.mirrors.store) == ["ns/legacy", "ns/placed"]
+
+
+async def test_a_failed_first_collection_is_retried_until_the_worker_opens(
+        setup: Setup) -> None:
+    """The gate is not one-shot: a worker whose first collection failed is collected
+    again after a backoff, and opened by the first run that succeeds."""
+    opened = setup.opened
+    setup.manager.errors["get"] = ApiException(status=500, reason="etcd leader changed")
+    task = asyncio.create_task(setup.collector.collect_until_open(setup.worker))
+    await setup.clock.advance(0)
+    assert not setup.worker.collected and opened == []
+    await setup.clock.advance(1.0)  # the retry, failing again: the next waits 2 s
+    assert not setup.worker.collected and len(setup.manager.made("get")) == 2
+    del setup.manager.errors["get"]
+    await setup.clock.advance(2.0)
+    await asyncio.wait_for(task, timeout=1)
+    assert setup.worker.collected and opened == ["w1"]
+    assert setup.collected() == 1
+
+
+async def test_a_periodic_collection_opens_a_worker_too(setup: Setup) -> None:
+    opened = setup.opened
+    assert not setup.worker.collected
+    await setup.collector.collect_all()
+    assert setup.worker.collected and opened == ["w1"]
+    await setup.collector.collect_all()
+    assert opened == ["w1"]  # opened once
