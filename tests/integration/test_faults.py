@@ -29,6 +29,7 @@ from tests.integration.conftest import (
     eventually,
     looked_at,
     settled,
+    trainjobs_refused,
 )
 
 pytestmark = pytest.mark.integration
@@ -467,3 +468,72 @@ async def test_a_restart_keeps_the_eviction_backoff_and_the_exclusion(
     placed = await _record(admin_clients, namespace, "evicted")
     assert placed is not None and placed.evictions == 1
     assert time.time() >= evicted.not_before
+
+
+async def test_a_crash_between_the_record_and_the_mirror_delete_brings_no_mirror_back(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str,
+) -> None:
+    """Taking a job off writes the record first, then deletes the mirror. The worker
+    refuses the delete (an admission policy), so the dispatcher is stopped exactly
+    between the two writes; the one started after it finds a job not placed and a live
+    mirror of it, which it deletes before it offers the worker, then places the job
+    again: never two mirrors at once, never one made again on the old placement."""
+    overrides = {"mirror": {"requeueBackoffSeconds": 2}}
+    first = await start_dispatcher(**overrides)
+    await create(admin_clients, namespace, ["withdrawn"])
+    await eventually(lambda: _all_placed(admin_clients, namespace, ["withdrawn"]), timeout=20)
+    where = (await placements(admin_clients, namespace))["withdrawn"]
+    remote = Resource(admin_clients[where], TRAINJOBS)
+
+    async def running_there() -> bool:
+        return TrainJobKind().running(await remote.get("withdrawn", namespace=namespace))
+    await eventually(running_there, timeout=30)
+    old = await remote.get("withdrawn", namespace=namespace)
+    assert old is not None
+    async with trainjobs_refused(admin_clients[where], namespace, "DELETE",
+                                 "deletes held for the test"):
+        # The worker suspends the mirror, as its Kueue does when it preempts: evicted.
+        await remote.merge_patch("withdrawn", {"spec": {"suspend": True}}, namespace=namespace)
+
+        async def taken_off_not_deleted() -> bool:
+            record = await _record(admin_clients, namespace, "withdrawn")
+            return bool(record and not record.placed and record.evictions == 1)
+        await eventually(taken_off_not_deleted, timeout=20)
+        assert await remote.get("withdrawn", namespace=namespace) is not None
+        await start_dispatcher.stop(first)
+
+    samples: list[list[str]] = []
+
+    async def sample() -> None:
+        while True:
+            live = []
+            for worker in QUOTAS:
+                found = await Resource(admin_clients[worker], TRAINJOBS).get(
+                    "withdrawn", namespace=namespace)
+                if found is not None and not found["metadata"].get("deletionTimestamp"):
+                    live.append(f"{worker}/{found['metadata']['uid']}")
+            samples.append(live)
+            await asyncio.sleep(0.05)
+    sampler = asyncio.create_task(sample())
+    try:
+        await start_dispatcher(**overrides)
+
+        async def placed_anew() -> str | None:
+            record = await _record(admin_clients, namespace, "withdrawn")
+            if record is None or not record.placed:
+                return None
+            mirror = await Resource(admin_clients[record.worker], TRAINJOBS).get(
+                "withdrawn", namespace=namespace)
+            fresh = mirror is not None and mirror["metadata"]["uid"] != old["metadata"]["uid"]
+            return f"{record.worker}/{mirror['metadata']['uid']}" if fresh and mirror else None
+        new = await eventually(placed_anew, timeout=30)
+    finally:
+        sampler.cancel()
+        await asyncio.wait([sampler])
+    assert all(len(live) <= 1 for live in samples), [s for s in samples if len(s) > 1]
+    seen = [live[0] for live in samples if live]
+    if new in seen:  # once the new mirror is there, the old one never shows again
+        assert f"{where}/{old['metadata']['uid']}" not in seen[seen.index(new):]
+    record = await _record(admin_clients, namespace, "withdrawn")
+    assert record is not None and record.evictions == 1, "taken off once, not twice"
+    await assert_invariants(admin_clients, namespace)

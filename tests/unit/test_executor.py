@@ -403,6 +403,24 @@ async def test_an_eviction_deletes_the_mirror_first_then_requeues_after_the_back
     assert r.events.recorded == [(c.REASON_EVICTED, "evicted on worker w; requeued", True)]
 
 
+async def test_the_record_says_not_placed_before_the_mirror_is_deleted() -> None:
+    """A delete that fails (or a crash at that point) comes after the record: a restart
+    finds a job not placed and a live mirror the ledger counts and the GC deletes, never
+    a placement without its mirror, which would be made again."""
+    r = rig()
+    r.ledger.book(Booking(UID, "ns/j", "w", DEMAND))
+    r.ledger.mirror_seen("w", UID, "ns/j", DEMAND)
+    r.workers.fail = True
+    action = a.Unplace("w", c.REASON_MIRROR_EVICTED, "evicted on worker w; requeued",
+                       eviction=True, event_reason=c.REASON_EVICTED, count_requeue=True,
+                       evictions=1, backoff=2.0, mirror=mirror())
+    with pytest.raises(RuntimeError):
+        await r.execute(claimed(record=record()), action)
+    assert r.manager.calls == [("record", "", 1)]
+    assert r.manager.written[-1].not_before == EPOCH + 2.0
+    assert UID not in r.ledger and r.ledger.counts_mirror("w", UID)  # still counted
+
+
 async def test_taking_a_suspended_job_off_is_no_eviction() -> None:
     r = rig()
     r.ledger.book(Booking(UID, "ns/j", "w", DEMAND))

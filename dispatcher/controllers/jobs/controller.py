@@ -11,9 +11,10 @@ reconcile; a finished job's clean-up waits its turn in the ordinary lane. A 409 
 back to the work queue's per-key backoff.
 
 Taking a job off a worker writes its Placement record first, with the requeue state in
-the same write (the eviction backoff, the workers it is kept off): a failed write after
-it (the job's view, its status), a crash or a new leader loses none of it. Events and
-metrics follow the record, then the view and the status.
+the same write (the eviction backoff, the workers it is kept off), and deletes the
+mirror after: a failed write after it (the mirror's delete, the job's view, its status),
+a crash or a new leader loses none of it and brings no mirror back. Events and metrics
+follow the record, then the view and the status.
 
 The controller is the one writer of each job's `JobMemory` (the only per-job state,
 forgotten on every exit, none of which decides where or when a job runs after a
@@ -332,6 +333,10 @@ class JobsController:
         if self.ledger.release(uid) is not None:
             self.scheduling.trigger()
 
+    def _reachable(self, worker_name: str) -> bool:
+        worker = self.registry.get(worker_name)
+        return worker is not None and worker.usable()
+
     async def _delete_mirror(self, worker_name: str, mirror: JSON, memory: JobMemory) -> bool:
         """Delete our mirror on the worker; False when the worker cannot be asked now."""
         worker = self.registry.get(worker_name)
@@ -472,13 +477,19 @@ class JobsController:
         return True
 
     async def _unplace(self, s: Claimed, memory: JobMemory, action: Unplace) -> Result | None:
-        if action.mirror is not None and not await self._delete_mirror(
-                action.worker, action.mirror, memory):
+        """The record first (not placed, with the requeue state), then the mirror goes:
+        a crash between the two leaves a live mirror of a job not placed, which the
+        ledger still counts and the garbage collector deletes, never a placement whose
+        mirror is missing (which would be made again)."""
+        if action.mirror is not None and not self._reachable(action.worker):
             return None  # its worker went since the decision: decide again
         memory.tombstone = None
         backoff = action.backoff if action.count_requeue else 0.0
         record = await self._take_off(s, evictions=action.evictions, backoff=backoff,
                                       exclude=action.worker if action.exclude else "")
+        if action.mirror is not None and not await self._delete_mirror(
+                action.worker, action.mirror, memory):
+            return None  # it went in between: the GC deletes the mirror once it is back
         if action.event_reason:
             self.events.record(s.job, reason=action.event_reason, message=action.message,
                                warning=True)

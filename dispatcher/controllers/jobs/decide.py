@@ -42,9 +42,10 @@ actions are in `actions.py`; the rows, in the order they are tried
   is drained; lost for less -> wait; inactive but not lost (a blip) -> wait; a lost
   worker's jobs are placed again at once (no backoff: they are not at fault);
 - placed on a draining worker -> evict, not counted toward `mirror.maxEvictions`;
-- taking a job off its worker deletes the mirror first: while the worker can be asked;
-  a worker unreachable but not lost is waited for; a lost or unregistered one is given
-  up on;
+- taking a job off its worker writes the record (not placed) first, then deletes the
+  mirror: while the worker can be asked; a worker unreachable but not lost is waited
+  for; a lost or unregistered one is given up on (its mirror is the GC's once it is
+  back);
 - placed, no mirror: the worker refused the one just asked for -> reject (the reason it
   gave); a tombstone that finished -> finish; one that did not -> evict (MirrorGone);
   the worker's current copy of the runtime gives a demand other than the one booked,
