@@ -32,7 +32,7 @@ from dispatcher.config import ClaimConfig, DispatcherConfig
 from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.resource import Resource
-from dispatcher.observability.jobstate import job_state
+from dispatcher.observability.jobstate import JobLine, job_state
 
 SAMPLES = Path(__file__).resolve().parents[1] / "config" / "samples"
 NAMESPACE = "demo"
@@ -42,18 +42,23 @@ _CLAIM = Claim(ClaimConfig())
 """The demo's dispatcher claims what the default configuration claims."""
 
 
-def _table(jobs: list[dict[str, Any]], metrics_url: str) -> Table:
+def _table(jobs: list[dict[str, Any]], placements: dict[str, str], metrics_url: str) -> Table:
     table = Table(title=f"TrainJobs on the manager (namespace {NAMESPACE}) — metrics: "
                         f"{metrics_url}")
     for column in ("TrainJob", "Worker", "State", "Why / where"):
         table.add_column(column)
     colors = {"Complete": "green", "Running": "cyan", "Failed": "red", "Placed": "blue"}
     for job in sorted(jobs, key=lambda j: j["metadata"]["name"]):
-        state = job_state(job, claim=_CLAIM, kind=_KIND)
+        state = _line(job, placements)
         color = colors.get(state.state, "yellow")
         table.add_row(job["metadata"]["name"], state.worker or "-",
                       f"[{color}]{state.state}[/{color}]", state.message)
     return table
+
+
+def _line(job: dict[str, Any], placements: dict[str, str]) -> JobLine:
+    placed_on = placements.get(job["metadata"].get("uid", ""), "")
+    return job_state(job, claim=_CLAIM, kind=_KIND, placed_on=placed_on)
 
 
 async def _client(kubeconfig: dict[str, Any], name: str) -> ClusterClient:
@@ -112,7 +117,7 @@ async def _run(console: Console, clusters: dict[str, Any], clients: dict[str, Cl
         for sample in yaml.safe_load_all((SAMPLES / "trainjobs.yaml").read_text()):
             await jobs.create(sample, namespace=NAMESPACE)
         seen: dict[tuple[str, str], tuple[str, str]] = {}
-        code = await _watch(console, jobs, metrics_url,
+        code = await _watch(console, jobs, metrics_url, dispatcher.placements,
                             lambda: _pods(clients, seen))
         if not console.is_terminal:  # off a terminal, Live leaves its last line open
             console.line()
@@ -133,14 +138,16 @@ async def _pods(clients: dict[str, ClusterClient],
 
 
 async def _watch(console: Console, jobs: Resource, metrics_url: str,
+                 placements: Callable[[], dict[str, str]],
                  each_tick: Callable[[], Awaitable[None]]) -> int:
     deadline = time.monotonic() + 180
     with Live(console=console, refresh_per_second=4) as live:
         while time.monotonic() < deadline:
             await each_tick()
             items = (await jobs.list(namespace=NAMESPACE))["items"]
-            live.update(_table(items, metrics_url))
-            states = [job_state(j, claim=_CLAIM, kind=_KIND).state for j in items]
+            placed = placements()
+            live.update(_table(items, placed, metrics_url))
+            states = [_line(j, placed).state for j in items]
             finalizers = any(j["metadata"].get("finalizers") for j in items)
             if items and all(s in _FINAL for s in states) and not finalizers:
                 return 0 if "Failed" not in states else 1

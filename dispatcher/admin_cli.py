@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dispatcher.admin import register_worker, store_kubeconfig
+from dispatcher.api.placement import PLACEMENTS, record_of
 from dispatcher.api.trainer import GROUP, VERSION
 from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.claim import Claim
@@ -207,14 +208,28 @@ def _jobs_table(title: str, rows: list[JobRow], *, position: bool = False,
     return table
 
 
+async def _placements(manager: ClusterClient, dispatcher_namespace: str) -> dict[str, str]:
+    """Job UID -> worker of every placed job, from the dispatcher's Placement records (the
+    job's own `cluster` annotation is the user's to write, so it is never read)."""
+    listed = await Resource(manager, PLACEMENTS).list(namespace=dispatcher_namespace)
+    placements = {}
+    for obj in listed["items"]:
+        record = record_of(obj)
+        if record.placed:
+            placements[record.uid] = record.worker
+    return placements
+
+
 async def jobs_list(manager: ClusterClient, *, namespace: str | None, claim: Claim,
-                    console: Console, limit: int | None = None) -> int:
+                    dispatcher_namespace: str, console: Console,
+                    limit: int | None = None) -> int:
     """The queue in order, the placed jobs, the held and finished ones, the counts and
     the recent activity: the status page's view, built from the listed objects."""
     kind = TrainJobKind()
     jobs = (await Resource(manager, kind.kind).list(namespace=namespace))["items"]
     claimed = [job for job in jobs if claim.claims(job)]
     view = build_view(workers=[], jobs=claimed, claim=claim, kind=kind,
+                      placements=await _placements(manager, dispatcher_namespace),
                       priorities=await _priorities(manager, claimed),
                       events=await _dispatcher_events(manager, namespace), limit=limit)
     console.print(_jobs_table(f"Queue ({view.queue.total} waiting)", view.queue.items,

@@ -317,8 +317,13 @@ class LeaderTerm:
             workers=self.registry.workers.values(),
             registrations=self.worker_clusters.worker_clusters,
             desired_status=self.worker_clusters.desired_status, jobs=self.trainjobs.store,
-            claim=self.claim, kind=self.kind, pending=self.scheduling.pending.values(),
-            events=self.events.recent, offset=offset, limit=limit)
+            claim=self.claim, kind=self.kind, placements=self.placements(),
+            pending=self.scheduling.pending.values(), events=self.events.recent,
+            offset=offset, limit=limit)
+
+    def placements(self) -> dict[str, str]:
+        """Job UID -> the worker its Placement record names, for every placed job."""
+        return {record.uid: record.worker for record in self.records.all() if record.placed}
 
 
 class Dispatcher:
@@ -356,6 +361,10 @@ class Dispatcher:
         """The status page's view from the caches (the jobs this dispatcher claims); what
         `dispatcher jobs` and `dispatcher cluster list` would show from the objects."""
         return self.status_view_build(offset, limit)()
+
+    def placements(self) -> dict[str, str]:
+        """Job UID -> worker of every placed job, from the Placement records' cache."""
+        return self.term.placements() if self.term is not None else {}
 
     def status_view_build(self, offset: int = 0, limit: int = 50) -> Callable[[], StatusView]:
         if self.term is None:

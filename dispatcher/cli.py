@@ -95,6 +95,9 @@ def _admin_parsers(commands: Any) -> None:
     jobs.add_argument("--config", type=Path, default=None,
                       help="the dispatcher's configuration file: its claim group says which "
                            "jobs it claims (default: the defaults and DISPATCHER_ variables)")
+    jobs.add_argument("--namespace", default=None,
+                      help="the dispatcher's namespace, where its Placement records are "
+                           "(default: the configuration's)")
     jobs.add_argument("--managed-by", default=None,
                       help="the spec.managedBy value claimed (default: the configuration's)")
     jobs.add_argument("--limit", type=int, default=None,
@@ -109,11 +112,13 @@ async def _admin(args: argparse.Namespace) -> int:
 
     console = Console()
     if args.command == "jobs":
-        claim = load_config(args.config).claim
+        config = load_config(args.config)
+        claim = config.claim
         if args.managed_by:
             claim = claim.model_copy(update={"managed_by": args.managed_by})
         return await a.with_manager(args.kubeconfig, lambda m: a.jobs_list(
-            m, namespace=args.job_namespace, claim=Claim(claim), console=console,
+            m, namespace=args.job_namespace, claim=Claim(claim),
+            dispatcher_namespace=args.namespace or config.namespace, console=console,
             limit=args.limit))
     verb = args.verb
     if verb == "add":

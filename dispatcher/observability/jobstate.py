@@ -1,9 +1,10 @@
 """One line about a manager job for people: where it runs, its state, why it waits.
 
-Read only from what is on the object (the placement annotation and the status), through
-the one claim rule (`dispatcher.claim`) and the job kind's own rules for finished and
-running, so the demo, the status page, `dispatcher jobs` and `kubectl` users all see
-the same story.
+Where the job is placed comes from its Placement record (`placed_on`: the caller reads
+the records, never the job's `cluster` annotation, which any user who may edit the job
+can write); the rest from the job's status, through the one claim rule
+(`dispatcher.claim`) and the job kind's own rules for finished and running, so the
+demo, the status page, `dispatcher jobs` and `kubectl` users all see the same story.
 """
 
 from __future__ import annotations
@@ -26,28 +27,30 @@ STATE_RUNNING = "Running"
 
 
 @dataclass(frozen=True)
-class JobState:
+class JobLine:
     worker: str
     state: str
     message: str
     finished: bool = False
 
 
-def job_state(job: Mapping[str, Any], *, claim: Claim, kind: JobKind) -> JobState:
+def job_state(job: Mapping[str, Any], *, claim: Claim, kind: JobKind,
+              placed_on: str) -> JobLine:
+    """`placed_on`: the worker of the job's Placement record ("" when not placed)."""
     refusal = claim.refusal(job)
     if refusal:
-        return JobState("", STATE_NOT_CLAIMED, refusal)
+        return JobLine("", STATE_NOT_CLAIMED, refusal)
     status = dict(job.get("status") or {})
-    worker = (job["metadata"].get("annotations") or {}).get(c.ANNOTATION_CLUSTER, "")
+    worker = placed_on
     finished = kind.finished(status)
     if finished is not None:
-        return JobState(worker, str(finished["type"]),
+        return JobLine(worker, str(finished["type"]),
                         finished.get("message") or finished.get("reason", ""), finished=True)
     if worker:
         if kind.running(dict(job)):
-            return JobState(worker, STATE_RUNNING, f"running on {worker}")
-        return JobState(worker, STATE_PLACED, f"mirror on {worker}")
+            return JobLine(worker, STATE_RUNNING, f"running on {worker}")
+        return JobLine(worker, STATE_PLACED, f"mirror on {worker}")
     dispatched = condition(status, c.CONDITION_DISPATCHED)
     if dispatched:
-        return JobState("", dispatched.get("reason", STATE_PENDING), dispatched.get("message", ""))
-    return JobState("", STATE_PENDING, "not yet examined")
+        return JobLine("", dispatched.get("reason", STATE_PENDING), dispatched.get("message", ""))
+    return JobLine("", STATE_PENDING, "not yet examined")

@@ -32,7 +32,7 @@ from dispatcher.claim import Claim
 from dispatcher.kinds import JobKind
 from dispatcher.kube.informer import object_key
 from dispatcher.observability import jobstate as js
-from dispatcher.observability.jobstate import JobState, job_state
+from dispatcher.observability.jobstate import JobLine, job_state
 from dispatcher.placement.quantity import QuantityError, parse_quantity
 from dispatcher.placement.scheduler import in_queue, queue_order
 
@@ -181,13 +181,13 @@ def _dispatched_reason(job: Mapping[str, Any]) -> str:
     return ""
 
 
-def _row(job: Mapping[str, Any], state: JobState, position: int | None = None) -> JobRow:
+def _row(job: Mapping[str, Any], state: JobLine, position: int | None = None) -> JobRow:
     metadata = job["metadata"]
     return JobRow(str(metadata.get("namespace", "")), str(metadata["name"]), state.worker,
                   state.state, _POSITION_NOTE.sub("", state.message), position)
 
 
-def _page(entries: list[tuple[Any, Mapping[str, Any], JobState]], offset: int,
+def _page(entries: list[tuple[Any, Mapping[str, Any], JobLine]], offset: int,
           limit: int | None, *, numbered: bool = False) -> Page:
     """Rows of one page of `entries` in their sort order; only the page's rows are made
     (with 10,000 jobs, most are never shown)."""
@@ -212,26 +212,29 @@ def build_view(
     jobs: Iterable[Mapping[str, Any]],
     claim: Claim,
     kind: JobKind,
+    placements: Mapping[str, str] | None = None,
     priorities: Mapping[str, int] | None = None,
     events: Iterable[Mapping[str, Any]] = (),
     offset: int = 0,
     limit: int | None = 50,
     recent: int = 20,
 ) -> StatusView:
-    """The whole view of the `jobs` that `claim` claims; `priorities` maps a job key to
+    """The whole view of the `jobs` that `claim` claims; `placements` maps a job's UID to
+    the worker its Placement record names (placed jobs only), `priorities` a job key to
     its priority (default 0), `offset` and `limit` page the queue (and the other job
     lists), `recent` caps the activity."""
-    priorities = priorities or {}
-    queued: list[tuple[tuple[int, str, str], Mapping[str, Any], JobState]] = []
-    placed: list[tuple[tuple[str, str, str], Mapping[str, Any], JobState]] = []
-    others: list[tuple[tuple[bool, str, str], Mapping[str, Any], JobState]] = []
+    priorities, placements = priorities or {}, placements or {}
+    queued: list[tuple[tuple[int, str, str], Mapping[str, Any], JobLine]] = []
+    placed: list[tuple[tuple[str, str, str], Mapping[str, Any], JobLine]] = []
+    others: list[tuple[tuple[bool, str, str], Mapping[str, Any], JobLine]] = []
     by_state: Counter[str] = Counter()
     by_reason: Counter[str] = Counter()
     by_namespace: Counter[str] = Counter()
     for job in jobs:
         if not claim.claims(job):
             continue
-        state = job_state(job, claim=claim, kind=kind)
+        state = job_state(job, claim=claim, kind=kind,
+                          placed_on=placements.get(str(job["metadata"].get("uid", "")), ""))
         metadata = job["metadata"]
         namespace, name = str(metadata.get("namespace", "")), str(metadata["name"])
         by_state[state.state] += 1

@@ -78,7 +78,8 @@ def reading(*, workers: Iterable[W], capacity_of: Callable[[W], Capacity], ledge
 
 def status_view_inputs(*, workers: Iterable[W], registrations: Informer | None,
                        desired_status: Callable[[JSON, W], JSON], jobs: Mapping[str, JSON],
-                       claim: Claim, kind: JobKind, pending: Iterable[PendingJob],
+                       claim: Claim, kind: JobKind, placements: Mapping[str, str],
+                       pending: Iterable[PendingJob],
                        events: Iterable[Mapping[str, Any]], offset: int, limit: int
                        ) -> Callable[[], StatusView]:
     """The status view's inputs taken now (each worker's row from its WorkerCluster
@@ -92,5 +93,5 @@ def status_view_inputs(*, workers: Iterable[W], registrations: Informer | None,
                                desired_status(obj, worker)))
     return functools.partial(
         build_view, workers=rows, jobs=list(jobs.values()), claim=claim, kind=kind,
-        priorities={p.key: p.priority for p in pending},
+        placements=dict(placements), priorities={p.key: p.priority for p in pending},
         events=list(events), offset=offset, limit=limit)

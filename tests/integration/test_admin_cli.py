@@ -82,8 +82,11 @@ async def test_register_list_drain_and_rotate_through_the_cli(
         assert job is not None
         assert c.ANNOTATION_EVICTIONS not in (job["metadata"].get("annotations") or {})
 
-        code, out, _ = await cli("jobs", "--kubeconfig", manager_kc, "-n", namespace)
-        assert code == 0 and "movable" in out and other in out
+        code, out, _ = await cli("jobs", "--kubeconfig", manager_kc, "-n", namespace,
+                                 "--namespace", system)
+        rows = [[cell.strip() for cell in line.split("│")[1:4]] for line in out.splitlines()]
+        placed_rows = [row for row in rows if row[1:2] == ["movable"]]
+        assert code == 0 and placed_rows == [[namespace, "movable", other]], out
 
         code, _, err = await cli("cluster", "rotate-credentials", other, "--kubeconfig",
                                  manager_kc, "--namespace", system, "--worker-kubeconfig",

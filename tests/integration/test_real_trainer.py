@@ -475,7 +475,8 @@ async def test_a_job_whose_pod_fits_no_node_is_placed_but_never_called_running(
         dispatched = condition(job, c.CONDITION_DISPATCHED)
         assert (dispatched["reason"], dispatched["message"]) == (
             c.REASON_PLACED, f"on worker {worker}, waiting for its pods to run there")
-        state = job_state(job, claim=Claim(ClaimConfig()), kind=TrainJobKind())
+        state = job_state(job, claim=Claim(ClaimConfig()), kind=TrainJobKind(),
+                          placed_on=dispatcher.placements().get(job["metadata"]["uid"], ""))
         assert (state.state, state.worker) == (STATE_PLACED, worker)
         # What the gauges and the status page count, from the dispatcher's own cache once
         # it holds that status: placed there, not running.

@@ -15,7 +15,7 @@ from dispatcher.config import CheckReadyWhen, ClaimConfig
 from dispatcher.controllers.admission.decide import (
     Activity,
     CheckUpdate,
-    JobState,
+    WorkloadJob,
     active_condition,
     active_of,
     check_update,
@@ -90,10 +90,10 @@ def dispatched(reason: str, message: str, status: str = "False") -> dict[str, An
             "message": message}
 
 
-MIRRORED = JobState(placed_on="w", mirrored=True)
-UNSCHEDULABLE = JobState(dispatched=dispatched(c.REASON_UNSCHEDULABLE,
+MIRRORED = WorkloadJob(placed_on="w", mirrored=True)
+UNSCHEDULABLE = WorkloadJob(dispatched=dispatched(c.REASON_UNSCHEDULABLE,
                                                "needs cpu 80, the largest worker has 64"))
-EVICTED = JobState(dispatched=dispatched(c.REASON_EVICTED, "evicted on worker w; requeued"))
+EVICTED = WorkloadJob(dispatched=dispatched(c.REASON_EVICTED, "evicted on worker w; requeued"))
 
 
 @pytest.mark.parametrize(("wl", "state", "expected"), [
@@ -101,18 +101,18 @@ EVICTED = JobState(dispatched=dispatched(c.REASON_EVICTED, "evicted on worker w;
                                                        "trainjob-dispatcher")),
     (workload(state="Ready", message="placed on worker w by trainjob-dispatcher"), MIRRORED,
      None),
-    (workload(), JobState(placed_on="w"), None),
-    (workload(state="Ready"), JobState(placed_on="w"), None),
+    (workload(), WorkloadJob(placed_on="w"), None),
+    (workload(state="Ready"), WorkloadJob(placed_on="w"), None),
     (workload(state="Ready"), EVICTED,
      CheckUpdate(CHECK, "Retry", "taken off its worker: evicted on worker w; requeued")),
     (workload(), UNSCHEDULABLE,
      CheckUpdate(CHECK, "Rejected", "no worker can hold it: needs cpu 80, the largest "
                                     "worker has 64")),
-    (workload(), JobState(dispatched=dispatched(c.REASON_WAITING_FOR_QUOTA, "no room")),
+    (workload(), WorkloadJob(dispatched=dispatched(c.REASON_WAITING_FOR_QUOTA, "no room")),
      CheckUpdate(CHECK, "Pending", "no room")),
     (workload(message="no room"),
-     JobState(dispatched=dispatched(c.REASON_WAITING_FOR_QUOTA, "no room")), None),
-    (workload(), JobState(), None),
+     WorkloadJob(dispatched=dispatched(c.REASON_WAITING_FOR_QUOTA, "no room")), None),
+    (workload(), WorkloadJob(), None),
     (workload(), None, None),
     (workload(state="Retry"), EVICTED, None),
     (workload(state="Rejected"), UNSCHEDULABLE, None),
@@ -126,12 +126,12 @@ EVICTED = JobState(dispatched=dispatched(c.REASON_EVICTED, "evicted on worker w;
         "Pending says it already", "nothing to say yet", "job unknown", "Retry is Kueue's",
         "Rejected is Kueue's", "no quota", "evicted", "deactivated", "finished",
         "not our check"])
-def test_our_check(wl: dict[str, Any], state: JobState | None,
+def test_our_check(wl: dict[str, Any], state: WorkloadJob | None,
                    expected: CheckUpdate | None) -> None:
     assert check_update(wl, OURS, state) == expected
 
 
-WAITS_ON_WORKER = JobState(placed_on="w", mirrored=True, dispatched=dispatched(
+WAITS_ON_WORKER = WorkloadJob(placed_on="w", mirrored=True, dispatched=dispatched(
     c.REASON_WAITING_FOR_ADMISSION, "placed on worker w, waiting for admission in "
     "ClusterQueue cq: insufficient quota", status="True"))
 
@@ -140,14 +140,14 @@ WAITS_ON_WORKER = JobState(placed_on="w", mirrored=True, dispatched=dispatched(
     (workload(), WAITS_ON_WORKER,
      CheckUpdate(CHECK, "Pending", "placed on worker w, waiting for admission in "
                                    "ClusterQueue cq: insufficient quota")),
-    (workload(), JobState(placed_on="w", mirrored=True),
+    (workload(), WorkloadJob(placed_on="w", mirrored=True),
      CheckUpdate(CHECK, "Pending", "placed on worker w, waiting for its Kueue to admit it")),
-    (workload(), JobState(placed_on="w", mirrored=True, admitted=True),
+    (workload(), WorkloadJob(placed_on="w", mirrored=True, admitted=True),
      CheckUpdate(CHECK, "Ready", "placed on worker w by trainjob-dispatcher")),
     (workload(state="Ready"), WAITS_ON_WORKER, None),
 ], ids=["waits in the worker's Kueue: Pending with where", "no word yet", "admitted: Ready",
         "Ready stays Ready"])
-def test_our_check_ready_once_the_worker_admits(wl: dict[str, Any], state: JobState,
+def test_our_check_ready_once_the_worker_admits(wl: dict[str, Any], state: WorkloadJob,
                                                  expected: CheckUpdate | None) -> None:
     assert check_update(wl, OURS, state, ready_when=CheckReadyWhen.WORKER_ADMITTED) == expected
     if state.admitted or wl["status"]["admissionChecks"][0]["state"] == "Ready":
@@ -156,23 +156,23 @@ def test_our_check_ready_once_the_worker_admits(wl: dict[str, Any], state: JobSt
         CHECK, "Ready", "placed on worker w by trainjob-dispatcher"), "the default: on create"
 
 
-FINISHED_UNPLACED = JobState(finished=True, dispatched=dispatched(
+FINISHED_UNPLACED = WorkloadJob(finished=True, dispatched=dispatched(
     c.REASON_PLACED, "Complete on worker w", status="True"))
 
 
 @pytest.mark.parametrize(("wl", "state"), [
     (workload(state="Ready"), FINISHED_UNPLACED),
-    (workload(state="Ready"), JobState(finished=True)),
-    (workload(state="Ready"), JobState(finished=True, placed_on="w")),
-    (workload(), JobState(finished=True)),
+    (workload(state="Ready"), WorkloadJob(finished=True)),
+    (workload(state="Ready"), WorkloadJob(finished=True, placed_on="w")),
+    (workload(), WorkloadJob(finished=True)),
 ], ids=["mirror and record gone, Kueue not yet Finished", "no word at all",
         "record still there", "Pending"])
-def test_a_finished_job_never_moves_our_check(wl: dict[str, Any], state: JobState) -> None:
+def test_a_finished_job_never_moves_our_check(wl: dict[str, Any], state: WorkloadJob) -> None:
     """The jobs controller deletes a finished job's mirror, then its record, while Kueue
     may not have marked the Workload Finished yet: a Retry then would run it again."""
     assert check_update(wl, OURS, state) is None
     assert check_update(wl, OURS, state, ready_when=CheckReadyWhen.WORKER_ADMITTED) is None
-    unfinished = JobState(dispatched=state.dispatched, placed_on=state.placed_on)
+    unfinished = WorkloadJob(dispatched=state.dispatched, placed_on=state.placed_on)
     if wl["status"]["admissionChecks"][0]["state"] == "Ready" and not state.placed_on:
         assert check_update(wl, OURS, unfinished) is not None, "the case is not vacuous"
 
@@ -208,7 +208,7 @@ def test_a_job_the_dispatcher_does_not_claim_is_rejected_saying_why(
     assert CLAIM.claims(claimed_job())
     refusal = CLAIM.refusal(obj)
     assert says in refusal
-    state = JobState(refusal=refusal, managed_by=CLAIM.missing_managed_by(obj))
+    state = WorkloadJob(refusal=refusal, managed_by=CLAIM.missing_managed_by(obj))
     update = check_update(workload(), OURS, state)
     assert update is not None and update.state == "Rejected", update
     assert refusal in update.message and "release its quota" in update.message
@@ -227,7 +227,7 @@ def test_the_fix_names_the_managed_by_this_dispatcher_claims() -> None:
     obj = claimed_job()
     assert own.missing_managed_by(obj) == "example.com/dispatcher"
     assert CLAIM.missing_managed_by(obj) == ""
-    update = check_update(workload(), OURS, JobState(refusal=own.refusal(obj),
+    update = check_update(workload(), OURS, WorkloadJob(refusal=own.refusal(obj),
                                                      managed_by=own.missing_managed_by(obj)))
     assert update is not None
     assert "with spec.managedBy: example.com/dispatcher" in update.message, update.message

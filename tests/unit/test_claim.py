@@ -42,6 +42,7 @@ def test_the_default_rule_claims_managed_by_in_any_namespace() -> None:
 
 
 def test_people_see_an_unclaimed_job_as_not_claimed_with_the_reason() -> None:
-    state = job_state(job(labels={"queue": "tpu"}), claim=CLAIM, kind=TrainJobKind())
+    state = job_state(job(labels={"queue": "tpu"}), claim=CLAIM, kind=TrainJobKind(),
+                      placed_on="")
     assert (state.state, state.message) == (
         STATE_NOT_CLAIMED, "its labels do not match claim.labelSelector 'queue in (gpu,cpu)'")

@@ -25,9 +25,10 @@ RULES: dict[str, Any] = {"claim": Claim(ClaimConfig()), "kind": TrainJobKind()}
 
 
 def job(name: str, *, namespace: str = "team", created: str = "2026-12-01T10:00:00Z",
-        reason: str | None = None, worker: str | None = None, running: bool = False,
+        reason: str | None = None, running: bool = False,
         final: str | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
     obj = trainjob(name, namespace, managed_by=MANAGED_BY_MULTIKUEUE)
+    obj["metadata"]["uid"] = f"uid-{name}"
     if labels:
         obj["metadata"]["labels"] = labels
     obj["metadata"]["creationTimestamp"] = created
@@ -35,8 +36,6 @@ def job(name: str, *, namespace: str = "team", created: str = "2026-12-01T10:00:
     if reason is not None:
         conditions.append(condition(c.CONDITION_DISPATCHED, reason,
                                     f"because {name} (position 9 in the queue)", "False"))
-    if worker is not None:
-        obj["metadata"]["annotations"] = {c.ANNOTATION_CLUSTER: worker}
     if final is not None:
         conditions.append(condition(final, "AllJobsCompleted", "done"))
     status: dict[str, Any] = {"conditions": conditions} if conditions else {}
@@ -47,6 +46,11 @@ def job(name: str, *, namespace: str = "team", created: str = "2026-12-01T10:00:
     return obj
 
 
+def records(**workers: str) -> dict[str, str]:
+    """What the Placement records say: job UID -> worker, for the jobs named."""
+    return {f"uid-{name}": worker for name, worker in workers.items()}
+
+
 def test_the_queue_is_in_scheduler_order_with_positions_and_held_jobs_apart() -> None:
     jobs = [
         job("late", created="2026-12-01T10:05:00Z", reason=c.REASON_WAITING_FOR_QUOTA),
@@ -54,12 +58,12 @@ def test_the_queue_is_in_scheduler_order_with_positions_and_held_jobs_apart() ->
         job("urgent", created="2026-12-01T10:09:00Z", reason=c.REASON_NO_ACTIVE_WORKER),
         job("new"),
         job("huge", reason=c.REASON_UNSCHEDULABLE),
-        job("running", worker="worker-a", running=True),
-        job("done", worker="worker-b", final="Complete"),
+        job("running", running=True),
+        job("done", final="Complete"),
         trainjob("someone-elses", "team"),
     ]
-    view = build_view(workers=[], jobs=jobs, **RULES,
-                      priorities={"team/urgent": 100})
+    view = build_view(workers=[], jobs=jobs, **RULES, priorities={"team/urgent": 100},
+                      placements=records(running="worker-a", done="worker-b"))
     assert [(r.position, r.name) for r in view.queue.items] == [
         (1, "urgent"), (2, "early"), (3, "late")]
     assert view.queue.items[0].state == c.REASON_NO_ACTIVE_WORKER
@@ -117,10 +121,24 @@ def test_the_queue_shown_is_the_schedulers_own_members_and_order() -> None:
 
 
 def test_a_job_whose_pods_are_ready_runs_as_the_kind_says() -> None:
-    ready = job("ready", worker="worker-a")
+    ready = job("ready")
     ready["status"] = {"jobsStatus": [{"name": "node", "active": 0, "ready": 1}]}
-    view = build_view(workers=[], jobs=[ready], **RULES)
+    view = build_view(workers=[], jobs=[ready], **RULES, placements=records(ready="worker-a"))
     assert [(r.name, r.state) for r in view.placed.items] == [("ready", "Running")]
+
+
+def test_where_a_job_runs_is_the_records_word_not_the_annotation_a_user_writes() -> None:
+    """The `cluster` annotation is the job's view for kubectl, which anyone who may edit
+    the job can write: a job with no record is not placed whatever it says."""
+    forged = job("forged", reason=c.REASON_WAITING_FOR_QUOTA)
+    forged["metadata"]["annotations"] = {c.ANNOTATION_CLUSTER: "worker-a"}
+    moved = job("moved")
+    moved["metadata"]["annotations"] = {c.ANNOTATION_CLUSTER: "worker-a"}
+    view = build_view(workers=[], jobs=[forged, moved], **RULES,
+                      placements=records(moved="worker-b"))
+    assert [(r.name, r.worker) for r in view.placed.items] == [("moved", "worker-b")]
+    assert [(r.name, r.worker, r.state) for r in view.queue.items] == [
+        ("forged", "", c.REASON_WAITING_FOR_QUOTA)]
 
 
 def test_the_queue_is_paged_and_namespaces_summarised() -> None:
@@ -160,19 +178,20 @@ def test_recent_activity_is_newest_first_and_capped() -> None:
 
 
 def test_ten_thousand_jobs_make_a_small_view_quickly() -> None:
-    jobs = []
+    jobs, placements = [], {}
     for i in range(10_000):
         created = f"2026-12-01T{i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z"
         if i % 4 == 0:
             jobs.append(job(f"run-{i}", namespace=f"ns{i % 50}", created=created,
-                            worker=f"worker-{i % 3}", running=True))
+                            running=True))
+            placements[f"uid-run-{i}"] = f"worker-{i % 3}"
         else:
             jobs.append(job(f"wait-{i}", namespace=f"ns{i % 50}", created=created,
                             reason=c.REASON_WAITING_FOR_QUOTA))
     workers = [worker_row(f"worker-{i}", {}, {"quota": {"cpu": "64"}, "used": {"cpu": "60"}})
                for i in range(3)]
     started = time.perf_counter()
-    view = build_view(workers=workers, jobs=jobs, **RULES)
+    view = build_view(workers=workers, jobs=jobs, **RULES, placements=placements)
     body = json.dumps(view.to_json(), separators=(",", ":"))
     elapsed = time.perf_counter() - started
     assert view.queue.total == 7500 and view.placed.total == 2500

@@ -72,6 +72,6 @@ def test_the_status_view_is_built_from_what_was_taken() -> None:
         workers=workers(), registrations=None, desired_status=desired, jobs={},
         claim=Claim(ClaimConfig()), kind=TrainJobKind(),
         pending=[PendingJob(key="ns/j", uid="u", demand={}, priority=7)], events=[],
-        offset=0, limit=10)
+        placements={}, offset=0, limit=10)
     view = build()
     assert [(w.name, w.cordoned) for w in view.workers] == [("a", True), ("b", False)]

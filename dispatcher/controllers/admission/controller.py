@@ -37,7 +37,7 @@ from dispatcher.config import CheckReadyWhen
 from dispatcher.controllers import status as st
 from dispatcher.controllers.admission.decide import (
     CheckUpdate,
-    JobState,
+    WorkloadJob,
     active_condition,
     active_of,
     check_update,
@@ -178,7 +178,7 @@ class AdmissionCheckController:
             raise
         return Result.done()
 
-    def job_state(self, workload: JSON) -> JobState | None:
+    def job_state(self, workload: JSON) -> WorkloadJob | None:
         """Where the Workload's job stands; None when the manager has no such job (yet)."""
         owner = owner_of(workload)
         job = self._trainjobs.get(owner[0]) if owner else None
@@ -187,7 +187,7 @@ class AdmissionCheckController:
         finished = self._kind.finished(job.get("status")) is not None
         refusal = self._claim.refusal(job)
         if finished or refusal:
-            return JobState(finished=finished, refusal=refusal,
+            return WorkloadJob(finished=finished, refusal=refusal,
                             managed_by=self._claim.missing_managed_by(job))
         record = next((r for r in self._records.of_job(owner[0]) if r.uid == owner[1]), None)
         placed_on = record.worker if record is not None and record.placed else ""
@@ -201,7 +201,7 @@ class AdmissionCheckController:
                 remote = (connection.kueue.workload_of(mirror["metadata"].get("uid", ""))
                           if connection.kueue is not None else None)
                 admitted = admission_of(mirror, remote, kind=self._kind).stage is Stage.ADMITTED
-        return JobState(placed_on=placed_on, mirrored=mirrored, admitted=admitted,
+        return WorkloadJob(placed_on=placed_on, mirrored=mirrored, admitted=admitted,
                         dispatched=condition(job.get("status"), c.CONDITION_DISPATCHED))
 
     async def _reconcile_workload(self, key: str) -> None:

@@ -41,7 +41,7 @@ JSON = dict[str, Any]
 
 
 @dataclass(frozen=True)
-class JobState:
+class WorkloadJob:
     """Where the job of a Workload stands, as the dispatcher knows it."""
 
     placed_on: str = ""
@@ -87,7 +87,7 @@ def _open(workload: JSON) -> bool:
             and not condition_true(status, k.WORKLOAD_FINISHED))
 
 
-def check_update(workload: JSON, checks: Collection[str], job: JobState | None, *,
+def check_update(workload: JSON, checks: Collection[str], job: WorkloadJob | None, *,
                  ready_when: CheckReadyWhen = CheckReadyWhen.MIRROR_CREATED
                  ) -> CheckUpdate | None:
     """The entry to write, or None when ours is as it should be (or is not ours to move)."""
@@ -105,7 +105,7 @@ def check_update(workload: JSON, checks: Collection[str], job: JobState | None, 
     return CheckUpdate(name=name, state=wanted[0], message=wanted[1])
 
 
-def _wanted(state: str, job: JobState, ready_when: CheckReadyWhen) -> tuple[str, str] | None:
+def _wanted(state: str, job: WorkloadJob, ready_when: CheckReadyWhen) -> tuple[str, str] | None:
     """The (state, message) our check should have for a job the dispatcher claims."""
     dispatched = job.dispatched or {}
     waits_on_worker = ready_when is CheckReadyWhen.WORKER_ADMITTED and not job.admitted
