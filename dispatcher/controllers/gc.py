@@ -1,6 +1,7 @@
 """Garbage collection of orphan mirrors on the workers.
 
-A mirror (a worker object carrying this dispatcher's origin label) is an orphan when its
+Which mirrors are orphans is `decide.orphan_reason`, beside the job's other rules. A
+mirror (a worker object carrying this dispatcher's origin label) is an orphan when its
 manager TrainJob is gone, has another UID (deleted and re-created), is placed on another
 worker by its placement record, has finished while finished mirrors are not kept, or is
 no longer claimed by this dispatcher and has no record. A live mirror of an unfinished,
@@ -29,6 +30,7 @@ from dispatcher.api import constants as c
 from dispatcher.api.placement import PLACEMENTS, PlacementRecord, record_of
 from dispatcher.claim import Claim
 from dispatcher.clock import Clock
+from dispatcher.controllers.jobs.decide import orphan_reason
 from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
 from dispatcher.kinds import JobKind
@@ -64,22 +66,9 @@ class GarbageCollector:
 
     def _orphan(self, mirror: JSON, job: JSON | None, record: PlacementRecord | None,
                 worker: str) -> str | None:
-        """Why `mirror` on `worker` is an orphan, or None when its manager job wants it."""
-        if job is None:
-            return "its manager TrainJob is gone"
-        manager_uid = job["metadata"]["uid"]
-        if not self._kind.is_ours(mirror, manager_uid=manager_uid, origin=self._origin):
-            return "its manager TrainJob was re-created"
-        if record is not None and record.placed:
-            return None if record.worker == worker else (
-                f"its job is placed on worker {record.worker}")
-        if record is None and not self._claim.claims(job):
-            return "its manager TrainJob is not claimed by this dispatcher (nothing adopts it)"
-        if self._kind.finished(job.get("status")):
-            return None if self._keep_finished else "its manager TrainJob has finished"
-        if record is not None:
-            return "its manager TrainJob is not placed"
-        return None
+        return orphan_reason(mirror, job, record, worker=worker, claim=self._claim,
+                             kind=self._kind, origin=self._origin,
+                             keep_finished=self._keep_finished)
 
     async def collect(self, worker: WorkerConnection) -> int:
         """Delete the orphan mirrors on one worker; returns how many were deleted."""

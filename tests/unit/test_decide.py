@@ -19,9 +19,11 @@ import pytest
 from devkit.factories import condition, trainjob
 from dispatcher.api import constants as c
 from dispatcher.api.placement import PlacementRecord
-from dispatcher.config import DispatcherConfig
+from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
+from dispatcher.claim import Claim
+from dispatcher.config import ClaimConfig, DispatcherConfig
 from dispatcher.controllers.jobs import actions as a
-from dispatcher.controllers.jobs.decide import decide
+from dispatcher.controllers.jobs.decide import decide, orphan_reason
 from dispatcher.controllers.jobs.memory import JobMemory, Refusal
 from dispatcher.controllers.jobs.priority import Priority
 from dispatcher.controllers.jobs.snapshot import (
@@ -640,3 +642,31 @@ def stray(obj: dict[str, Any]) -> dict[str, Any]:
 def test_the_record_and_the_mirrors_decide_never_the_jobs_annotations(
         snapshot: Snapshot, memory: JobMemory, expected: a.Action) -> None:
     check(snapshot, memory, expected)
+
+
+def _claimed_job(**kw: Any) -> dict[str, Any]:
+    obj = job(**kw)
+    obj["spec"]["managedBy"] = MANAGED_BY_MULTIKUEUE
+    return obj
+
+
+@pytest.mark.parametrize(("why", "job_obj", "rec", "mirror_obj", "orphan"), [
+    ("the job is gone", None, record(), mirror(), "its manager TrainJob is gone"),
+    ("the job was re-created", _claimed_job(), record(), mirror(uid=OLD_UID),
+     "its manager TrainJob was re-created"),
+    ("placed here", _claimed_job(placed=True), record(), mirror(), None),
+    ("placed elsewhere", _claimed_job(), record(worker="x"), mirror(),
+     "its job is placed on worker x"),
+    ("released (evicted, suspended)", _claimed_job(), record(worker=""), mirror(),
+     "its manager TrainJob is not placed"),
+    ("finished", _claimed_job(status=COMPLETE), None, mirror(),
+     "its manager TrainJob has finished"),
+    ("no record, not claimed", job(), None, mirror(),
+     "its manager TrainJob is not claimed by this dispatcher (nothing adopts it)"),
+    ("no record, claimed and live: decide adopts it", _claimed_job(), None, mirror(), None),
+])
+def test_a_mirror_is_an_orphan_exactly_when_no_row_keeps_it(
+        why: str, job_obj: dict[str, Any] | None, rec: PlacementRecord | None,
+        mirror_obj: dict[str, Any], orphan: str | None) -> None:
+    assert orphan_reason(mirror_obj, job_obj, rec, worker="w", claim=Claim(ClaimConfig()),
+                         kind=KIND, origin="o", keep_finished=False) == orphan, why

@@ -29,6 +29,9 @@ actions are in `actions.py`; the rows, in the order they are tried
   so an earlier version's mirror is adopted, never doubled;
 - the job's view (annotations `cluster`, `demand`, `evictions`, the finalizer) differs
   from the record -> rewrite it from the record, and say so in an event;
+- a mirror on a worker is an orphan, for the garbage collector, exactly when these rows
+  would not keep it (`orphan_reason`): its job gone or re-created, placed elsewhere,
+  finished (unless `mirror.keepFinished`), not placed, or not claimed with no record;
 - placed, not yet booked (after a restart) -> book it (never less than it needs now);
 - placed, a live mirror of it on another reachable worker -> delete that one first
   (never two copies at once);
@@ -81,6 +84,7 @@ from typing import Any
 from dispatcher.api import constants as c
 from dispatcher.api.conditions import condition
 from dispatcher.api.placement import PlacementRecord
+from dispatcher.claim import Claim
 from dispatcher.config import DispatcherConfig, WhenWorkerLost
 from dispatcher.controllers.jobs.actions import (
     Action,
@@ -228,6 +232,28 @@ def _adoptable(s: Claimed, config: DispatcherConfig, *, kind: JobKind) -> Copy |
                 and kind.is_ours(mirror, manager_uid=s.uid, origin=config.mirror.origin)
                 and kind.finished(mirror.get("status")) is None):
             return copy
+    return None
+
+
+def orphan_reason(mirror: JSON, job: JSON | None, record: PlacementRecord | None, *,
+                  worker: str, claim: Claim, kind: JobKind, origin: str,
+                  keep_finished: bool) -> str | None:
+    """Why `mirror` on `worker` is wanted by no job, or None when its job wants it: the
+    garbage collector's question, answered by the rows above. A live mirror of a claimed,
+    unfinished job with no record is wanted: `decide` adopts it (`_adoptable`)."""
+    if job is None:
+        return "its manager TrainJob is gone"
+    if not kind.is_ours(mirror, manager_uid=uid_of(job), origin=origin):
+        return "its manager TrainJob was re-created"
+    if record is not None and record.placed:
+        return None if record.worker == worker else (
+            f"its job is placed on worker {record.worker}")
+    if record is None and not claim.claims(job):
+        return "its manager TrainJob is not claimed by this dispatcher (nothing adopts it)"
+    if kind.finished(job.get("status")):
+        return None if keep_finished else "its manager TrainJob has finished"
+    if record is not None:
+        return "its manager TrainJob is not placed"
     return None
 
 
