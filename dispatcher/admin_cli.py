@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dispatcher.admin import register_worker, store_kubeconfig
-from dispatcher.api.placement import PLACEMENTS, record_of
+from dispatcher.api.placement import PLACEMENTS, placements_of, record_of
 from dispatcher.api.trainer import GROUP, VERSION
 from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.claim import Claim
@@ -212,12 +212,7 @@ async def _placements(manager: ClusterClient, dispatcher_namespace: str) -> dict
     """Job UID -> worker of every placed job, from the dispatcher's Placement records (the
     job's own `cluster` annotation is the user's to write, so it is never read)."""
     listed = await Resource(manager, PLACEMENTS).list(namespace=dispatcher_namespace)
-    placements = {}
-    for obj in listed["items"]:
-        record = record_of(obj)
-        if record.placed:
-            placements[record.uid] = record.worker
-    return placements
+    return placements_of(map(record_of, listed["items"]))
 
 
 async def jobs_list(manager: ClusterClient, *, namespace: str | None, claim: Claim,

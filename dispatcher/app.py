@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from dispatcher.api.placement import PLACEMENTS
+from dispatcher.api.placement import PLACEMENTS, placements_of
 from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.claim import Claim
 from dispatcher.clock import Clock, SystemClock
@@ -323,7 +323,7 @@ class LeaderTerm:
 
     def placements(self) -> dict[str, str]:
         """Job UID -> the worker its Placement record names, for every placed job."""
-        return {record.uid: record.worker for record in self.records.all() if record.placed}
+        return placements_of(self.records.all())
 
 
 class Dispatcher:

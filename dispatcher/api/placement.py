@@ -18,6 +18,7 @@ after it forgets it. The job's `dispatcher.trainjob.io/cluster`,
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -58,6 +59,11 @@ class PlacementRecord:
     def excluded_at(self, now: float) -> frozenset[str]:
         """The workers the job is kept off at wall-clock time `now`."""
         return frozenset(worker for worker, until in self.excluded.items() if until > now)
+
+
+def placements_of(records: Iterable[PlacementRecord]) -> dict[str, str]:
+    """Job UID -> worker, for the records that place their job: where jobs run."""
+    return {record.uid: record.worker for record in records if record.placed}
 
 
 def timestamp_text(seconds: float) -> str:

@@ -1,12 +1,7 @@
 """Garbage collection of orphan mirrors on the workers.
 
-Which mirrors are orphans is `decide.orphan_reason`, beside the job's other rules. A
-mirror (a worker object carrying this dispatcher's origin label) is an orphan when its
-manager TrainJob is gone, has another UID (deleted and re-created), is placed on another
-worker by its placement record, has finished while finished mirrors are not kept, or is
-no longer claimed by this dispatcher and has no record. A live mirror of an unfinished,
-claimed job with no record at all is no orphan: the job controller adopts it (an earlier
-version kept placements in annotations). Candidates come from the
+Which mirrors (worker objects carrying this dispatcher's origin label) are orphans is
+`decide.orphan_reason`, beside the job's other rules. Candidates come from the
 caches; each is confirmed against the API server (the job and its record) before it is
 deleted, with the mirror's UID as a precondition, so a mirror created a moment ago is
 never lost: its record was written before it.

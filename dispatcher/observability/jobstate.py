@@ -41,15 +41,14 @@ def job_state(job: Mapping[str, Any], *, claim: Claim, kind: JobKind,
     if refusal:
         return JobLine("", STATE_NOT_CLAIMED, refusal)
     status = dict(job.get("status") or {})
-    worker = placed_on
     finished = kind.finished(status)
     if finished is not None:
-        return JobLine(worker, str(finished["type"]),
-                        finished.get("message") or finished.get("reason", ""), finished=True)
-    if worker:
+        return JobLine(placed_on, str(finished["type"]),
+                       finished.get("message") or finished.get("reason", ""), finished=True)
+    if placed_on:
         if kind.running(dict(job)):
-            return JobLine(worker, STATE_RUNNING, f"running on {worker}")
-        return JobLine(worker, STATE_PLACED, f"mirror on {worker}")
+            return JobLine(placed_on, STATE_RUNNING, f"running on {placed_on}")
+        return JobLine(placed_on, STATE_PLACED, f"mirror on {placed_on}")
     dispatched = condition(status, c.CONDITION_DISPATCHED)
     if dispatched:
         return JobLine("", dispatched.get("reason", STATE_PENDING), dispatched.get("message", ""))

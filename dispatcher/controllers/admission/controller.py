@@ -188,7 +188,7 @@ class AdmissionCheckController:
         refusal = self._claim.refusal(job)
         if finished or refusal:
             return WorkloadJob(finished=finished, refusal=refusal,
-                            managed_by=self._claim.missing_managed_by(job))
+                               managed_by=self._claim.missing_managed_by(job))
         record = next((r for r in self._records.of_job(owner[0]) if r.uid == owner[1]), None)
         placed_on = record.worker if record is not None and record.placed else ""
         mirrored = admitted = False
@@ -202,7 +202,7 @@ class AdmissionCheckController:
                           if connection.kueue is not None else None)
                 admitted = admission_of(mirror, remote, kind=self._kind).stage is Stage.ADMITTED
         return WorkloadJob(placed_on=placed_on, mirrored=mirrored, admitted=admitted,
-                        dispatched=condition(job.get("status"), c.CONDITION_DISPATCHED))
+                           dispatched=condition(job.get("status"), c.CONDITION_DISPATCHED))
 
     async def _reconcile_workload(self, key: str) -> None:
         workload = self.workloads.get(key)
