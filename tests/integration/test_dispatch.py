@@ -11,7 +11,7 @@ from devkit.localcluster.trainer import end_pods
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
-from dispatcher.kube.resource import EVENTS, Resource
+from dispatcher.kube.resource import EVENTS, NAMESPACES, Resource
 from tests.integration.conftest import StartDispatcher, eventually, trainjobs_refused
 
 pytestmark = pytest.mark.integration
@@ -184,6 +184,46 @@ async def test_deleting_the_manager_job_deletes_the_mirror(
         return (await manager.get("short-lived", namespace=namespace) is None
                 and await mirrors_of(admin_clients, "short-lived", namespace) == {})
     await eventually(all_gone)
+
+
+async def test_a_namespace_deleted_on_the_workers_is_made_again_for_the_next_mirror(
+    start_dispatcher: StartDispatcher, admin_clients: dict[str, ClusterClient], namespace: str
+) -> None:
+    """The dispatcher remembers which namespaces it made on each worker; when one is
+    deleted there (by the namespace controller, after its content), the next create gets
+    404, the namespace is forgotten, made again, and the mirror created: no
+    MirrorRejected until a restart."""
+    await start_dispatcher()
+    manager = jobs_on(admin_clients, "manager")
+    await manager.create(trainjob("first", namespace, managed_by=MANAGED_BY_MULTIKUEUE),
+                         namespace=namespace)
+    await placed_mirror(admin_clients, "first", namespace)
+    await manager.delete("first", namespace=namespace)
+
+    async def namespaces_gone() -> bool:
+        if await manager.get("first", namespace=namespace) is not None:
+            return False
+        for worker in WORKERS:
+            namespaces = Resource(admin_clients[worker], NAMESPACES)
+            if await namespaces.get(namespace) is not None:
+                await namespaces.delete(namespace)
+                return False
+        return True
+    await eventually(namespaces_gone, timeout=120, interval=1)
+
+    await manager.create(trainjob("second", namespace, managed_by=MANAGED_BY_MULTIKUEUE),
+                         namespace=namespace)
+    worker, _ = await placed_mirror(admin_clients, "second", namespace)
+    assert await Resource(admin_clients[worker], NAMESPACES).get(namespace) is not None
+
+    async def dispatched() -> dict[str, Any] | None:
+        return condition_of(await manager.get("second", namespace=namespace),
+                            c.CONDITION_DISPATCHED)
+    condition = await eventually(dispatched, timeout=15)
+    assert condition["reason"] != c.REASON_MIRROR_REJECTED, condition
+    rejected = [e for e in await events_for(admin_clients, namespace, "second")
+                if e["reason"] == c.REASON_MIRROR_REJECTED]
+    assert rejected == []
 
 
 async def test_orphan_mirror_is_garbage_collected(
