@@ -111,6 +111,7 @@ def _admission(term: LeaderTerm, manager: ClusterClient, settings: InformerSetti
         origin=term.config.mirror.origin, trainjobs=term.trainjobs, records=term.records,
         registry=term.registry, settings=settings, clock=term.clock,
         on_job=lambda key: term.queue.add(key, lane=Lane.URGENT),
+        explain=lambda key: term.jobs.explain(key),
         ready_when=term.config.admission_check.ready_when)
 
 

@@ -48,6 +48,8 @@ class PlacementRecord:
     """Wall-clock seconds before which the job is not placed again (0: no backoff)."""
     excluded: dict[str, float] = field(default_factory=dict)
     """Worker -> wall-clock seconds until which the job is not offered to it."""
+    taken_off: tuple[str, str] = ("", "")
+    """(reason, message) of the job's last take-off from a worker, while it is not placed."""
     resource_version: str = ""
     problem: str = ""
     """Why the object could not be read in full (only an admin can write one)."""
@@ -79,8 +81,9 @@ def _timestamp(text: Any, *, path: str) -> float:
         raise ValueError(f"{path}: {text!r} is not an RFC 3339 time") from None
 
 
-def _requeue_of(spec: JSON) -> tuple[float, dict[str, float]]:
-    """(notBefore, excluded) of `spec.requeue`; a ValueError names what is malformed."""
+def _requeue_of(spec: JSON) -> tuple[float, dict[str, float], tuple[str, str]]:
+    """(notBefore, excluded, (reason, message)) of `spec.requeue`; a ValueError names what
+    is malformed."""
     requeue = spec.get("requeue") or {}
     if not isinstance(requeue, dict):
         raise ValueError(f"spec.requeue: {requeue!r} is not an object")
@@ -92,7 +95,8 @@ def _requeue_of(spec: JSON) -> tuple[float, dict[str, float]]:
             raise ValueError(f"spec.requeue.excludedWorkers: {entry!r} names no worker")
         excluded[str(entry["worker"])] = _timestamp(
             entry.get("until"), path="spec.requeue.excludedWorkers.until")
-    return not_before, excluded
+    return not_before, excluded, (str(requeue.get("reason") or ""),
+                                  str(requeue.get("message") or ""))
 
 
 def record_of(obj: JSON) -> PlacementRecord:
@@ -109,14 +113,14 @@ def record_of(obj: JSON) -> PlacementRecord:
     if not isinstance(evictions, int) or evictions < 0:
         evictions, problem = 0, f"spec.evictions: {evictions!r} is not a count"
     try:
-        not_before, excluded = _requeue_of(spec)
+        not_before, excluded, taken_off = _requeue_of(spec)
     except ValueError as error:
-        not_before, excluded, problem = 0.0, {}, str(error)
+        not_before, excluded, taken_off, problem = 0.0, {}, ("", ""), str(error)
     return PlacementRecord(
         uid=str(job.get("uid") or metadata.get("name", "")),
         key=job_key(str(job.get("namespace", "")), str(job.get("name", ""))),
         worker=str(spec.get("worker") or ""), demand=demand, evictions=evictions,
-        not_before=not_before, excluded=excluded,
+        not_before=not_before, excluded=excluded, taken_off=taken_off,
         resource_version=str(metadata.get("resourceVersion", "")), problem=problem)
 
 
@@ -130,6 +134,8 @@ def placement_spec(record: PlacementRecord) -> JSON:
         "evictions": record.evictions,
         "requeue": {
             "notBefore": timestamp_text(record.not_before) if record.not_before else None,
+            "reason": record.taken_off[0] or None,
+            "message": record.taken_off[1] or None,
             "excludedWorkers": [{"worker": worker, "until": timestamp_text(until)}
                                 for worker, until in sorted(record.excluded.items())],
         },
@@ -138,7 +144,8 @@ def placement_spec(record: PlacementRecord) -> JSON:
 
 def placement_body(record: PlacementRecord, *, namespace: str) -> JSON:
     spec = placement_spec(record)
-    if spec["requeue"]["notBefore"] is None:
-        del spec["requeue"]["notBefore"]  # None only clears it in a merge patch
+    for field_name in ("notBefore", "reason", "message"):
+        if spec["requeue"][field_name] is None:
+            del spec["requeue"][field_name]  # None only clears it in a merge patch
     return {"apiVersion": API_VERSION, "kind": "Placement",
             "metadata": {"name": record.uid, "namespace": namespace}, "spec": spec}

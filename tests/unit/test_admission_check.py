@@ -85,15 +85,11 @@ def test_the_gate_opens_only_with_quota_reserved_and_our_check_pending() -> None
     assert "preempted by a higher priority" in gate(workload(evicted=True)).message
 
 
-def dispatched(reason: str, message: str, status: str = "False") -> dict[str, Any]:
-    return {"type": c.CONDITION_DISPATCHED, "status": status, "reason": reason,
-            "message": message}
-
-
 MIRRORED = WorkloadJob(placed_on="w", mirrored=True)
-UNSCHEDULABLE = WorkloadJob(dispatched=dispatched(c.REASON_UNSCHEDULABLE,
-                                               "needs cpu 80, the largest worker has 64"))
-EVICTED = WorkloadJob(dispatched=dispatched(c.REASON_EVICTED, "evicted on worker w; requeued"))
+UNSCHEDULABLE = WorkloadJob(why=(c.REASON_UNSCHEDULABLE,
+                                 "needs cpu 80, the largest worker has 64"))
+EVICTED = WorkloadJob(why=(c.REASON_WAITING_FOR_QUOTA, "no worker has room"),
+                      taken_off=(c.REASON_EVICTED, "evicted on worker w; requeued"))
 
 
 @pytest.mark.parametrize(("wl", "state", "expected"), [
@@ -105,13 +101,17 @@ EVICTED = WorkloadJob(dispatched=dispatched(c.REASON_EVICTED, "evicted on worker
     (workload(state="Ready"), WorkloadJob(placed_on="w"), None),
     (workload(state="Ready"), EVICTED,
      CheckUpdate(CHECK, "Retry", "taken off its worker: evicted on worker w; requeued")),
+    (workload(state="Ready"), WorkloadJob(),
+     CheckUpdate(CHECK, "Retry", "taken off its worker: no longer placed")),
+    (workload(), WorkloadJob(placed_on="w", why=(c.REASON_WAITING_FOR_QUOTA, "no room")),
+     None),
     (workload(), UNSCHEDULABLE,
      CheckUpdate(CHECK, "Rejected", "no worker can hold it: needs cpu 80, the largest "
                                     "worker has 64")),
-    (workload(), WorkloadJob(dispatched=dispatched(c.REASON_WAITING_FOR_QUOTA, "no room")),
+    (workload(), WorkloadJob(why=(c.REASON_WAITING_FOR_QUOTA, "no room")),
      CheckUpdate(CHECK, "Pending", "no room")),
     (workload(message="no room"),
-     WorkloadJob(dispatched=dispatched(c.REASON_WAITING_FOR_QUOTA, "no room")), None),
+     WorkloadJob(why=(c.REASON_WAITING_FOR_QUOTA, "no room")), None),
     (workload(), WorkloadJob(), None),
     (workload(), None, None),
     (workload(state="Retry"), EVICTED, None),
@@ -122,7 +122,8 @@ EVICTED = WorkloadJob(dispatched=dispatched(c.REASON_EVICTED, "evicted on worker
     (workload(finished=True), MIRRORED, None),
     (workload(state=None), MIRRORED, None),
 ], ids=["mirrored: Ready", "Ready already", "placed, no mirror yet", "Ready, mirror not seen",
-        "Ready, taken off: Retry", "never fits: Rejected", "waits: Pending with why",
+        "Ready, taken off: Retry with the record's why", "Ready, record says no why",
+        "placed meanwhile: no Pending word", "never fits: Rejected", "waits: Pending with why",
         "Pending says it already", "nothing to say yet", "job unknown", "Retry is Kueue's",
         "Rejected is Kueue's", "no quota", "evicted", "deactivated", "finished",
         "not our check"])
@@ -131,9 +132,9 @@ def test_our_check(wl: dict[str, Any], state: WorkloadJob | None,
     assert check_update(wl, OURS, state) == expected
 
 
-WAITS_ON_WORKER = WorkloadJob(placed_on="w", mirrored=True, dispatched=dispatched(
+WAITS_ON_WORKER = WorkloadJob(placed_on="w", mirrored=True, why=(
     c.REASON_WAITING_FOR_ADMISSION, "placed on worker w, waiting for admission in "
-    "ClusterQueue cq: insufficient quota", status="True"))
+    "ClusterQueue cq: insufficient quota"))
 
 
 @pytest.mark.parametrize(("wl", "state", "expected"), [
@@ -156,8 +157,7 @@ def test_our_check_ready_once_the_worker_admits(wl: dict[str, Any], state: Workl
         CHECK, "Ready", "placed on worker w by trainjob-dispatcher"), "the default: on create"
 
 
-FINISHED_UNPLACED = WorkloadJob(finished=True, dispatched=dispatched(
-    c.REASON_PLACED, "Complete on worker w", status="True"))
+FINISHED_UNPLACED = WorkloadJob(finished=True, why=(c.REASON_PLACED, "Complete on worker w"))
 
 
 @pytest.mark.parametrize(("wl", "state"), [
@@ -172,7 +172,7 @@ def test_a_finished_job_never_moves_our_check(wl: dict[str, Any], state: Workloa
     may not have marked the Workload Finished yet: a Retry then would run it again."""
     assert check_update(wl, OURS, state) is None
     assert check_update(wl, OURS, state, ready_when=CheckReadyWhen.WORKER_ADMITTED) is None
-    unfinished = WorkloadJob(dispatched=state.dispatched, placed_on=state.placed_on)
+    unfinished = WorkloadJob(why=state.why, placed_on=state.placed_on)
     if wl["status"]["admissionChecks"][0]["state"] == "Ready" and not state.placed_on:
         assert check_update(wl, OURS, unfinished) is not None, "the case is not vacuous"
 

@@ -1,7 +1,8 @@
 """The AdmissionCheck controller's I/O over a fake manager client on a fake clock: what it
 writes on a Workload's status and on its AdmissionCheck, that a write happens only on a
 change (keeping the transition time when the state stays), and how the manager's
-answers (409, 404, 5xx) become a retry, nothing, or an error for the work queue."""
+answers (409, 404, 5xx) become a retry, nothing, or an error for the work queue. Why a
+job waits is the jobs controller's answer (`explain`), never the job's status read back."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from devkit.fakeclock import FakeClock
 from dispatcher.api import constants as c
-from dispatcher.api.placement import PLACEMENTS
-from dispatcher.api.trainer import TRAINJOBS
+from dispatcher.api.placement import PLACEMENTS, PlacementRecord, placement_body
+from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.claim import Claim
 from dispatcher.config import ClaimConfig
 from dispatcher.controllers.admission.controller import (
@@ -35,24 +36,39 @@ WORKLOAD = "ns/trainjob-j-1"
 
 
 class Rig:
-    def __init__(self, *, job_obj: dict[str, Any], workers: int = 1) -> None:
+    def __init__(self, *, job_obj: dict[str, Any], workers: int = 1,
+                 records: tuple[PlacementRecord, ...] = ()) -> None:
         self.clock = FakeClock()
         self.client = FakeClient("manager")
         registry = FakeRegistry(*(worker(f"w{i}", self.clock) for i in range(workers)))
+        placements = PlacementRecords(cache(PLACEMENTS, namespace="sys"))
+        for record in records:
+            placements.remember(placement_body(record, namespace="sys"))
+        self.uid = job_obj["metadata"]["uid"]
         self.controller = AdmissionCheckController(
             controller_name=CONTROLLER, manager=self.client.as_client(), kind=TrainJobKind(),
             claim=Claim(ClaimConfig()), origin="o",
             trainjobs=cache(TRAINJOBS, {"ns/j": job_obj}),
-            records=PlacementRecords(cache(PLACEMENTS)),
+            records=placements,
             registry=registry, settings=InformerSettings(),  # type: ignore[arg-type]
-            clock=self.clock, on_job=lambda key: None)
-        wl = workload()
-        wl["metadata"]["ownerReferences"] = [{"controller": True, "name": "j",
-                                              "uid": job_obj["metadata"]["uid"]}]
-        self.controller.workloads.store = {WORKLOAD: wl}
+            clock=self.clock, on_job=lambda key: None, explain=self.explain)
+        self.why: tuple[str, str] | None = None
+        self.asked: list[str] = []
+        self.controller.workloads.store = {WORKLOAD: self.owned(workload())}
         self.controller.checks.store = {CHECK: {
             "metadata": {"name": CHECK, "resourceVersion": "1", "generation": 2},
             "spec": {"controllerName": CONTROLLER}}}
+
+
+    def owned(self, wl: dict[str, Any]) -> dict[str, Any]:
+        """`wl`, a Workload of the job."""
+        wl["metadata"]["ownerReferences"] = [{"controller": True, "name": "j",
+                                              "uid": self.uid}]
+        return wl
+
+    async def explain(self, key: str) -> tuple[str, str] | None:
+        self.asked.append(key)
+        return self.why
 
 
 def unclaimed_job() -> dict[str, Any]:
@@ -76,6 +92,47 @@ async def test_a_workload_of_a_job_not_claimed_gets_our_check_rejected_once() ->
     assert rig.controller.workloads.get(WORKLOAD) == written    # remembered
     assert await rig.controller.reconcile(WORKLOAD_KEY + WORKLOAD) == Result.done()
     assert len(rig.client.made("apply")) == 1                   # no change, no write
+
+
+def claimed_job_showing(message: str) -> dict[str, Any]:
+    obj = job()
+    obj["spec"]["managedBy"] = MANAGED_BY_MULTIKUEUE
+    obj["status"] = {"conditions": [{"type": c.CONDITION_DISPATCHED, "status": "False",
+                                     "reason": c.REASON_WAITING_FOR_QUOTA,
+                                     "message": message}]}
+    return obj
+
+
+async def test_why_a_job_waits_is_the_jobs_controllers_word_not_its_status() -> None:
+    rig = Rig(job_obj=claimed_job_showing("stale words in the job's status"))
+    rig.why = (c.REASON_WAITING_FOR_QUOTA, "no worker has cpu 4 free")
+    rig.client.script["apply"] = [rig.owned(workload(message="no worker has cpu 4 free"))]
+    await rig.controller.reconcile(WORKLOAD_KEY + WORKLOAD)
+    [apply] = rig.client.made("apply")
+    [check] = apply.body["status"]["admissionChecks"]
+    assert (check["state"], check["message"]) == ("Pending", "no worker has cpu 4 free")
+    assert rig.asked == ["ns/j"]
+    rig.why = (c.REASON_UNSCHEDULABLE, "needs cpu 80, the largest worker has 64")
+    rig.client.script["apply"] = [rig.owned(workload(state="Rejected"))]
+    await rig.controller.reconcile(WORKLOAD_KEY + WORKLOAD)
+    [check] = rig.client.made("apply")[-1].body["status"]["admissionChecks"]
+    assert (check["state"], check["message"]) == (
+        "Rejected", "no worker can hold it: needs cpu 80, the largest worker has 64")
+
+
+async def test_a_ready_check_of_a_job_taken_off_retries_with_its_records_why() -> None:
+    obj = claimed_job_showing("stale words in the job's status")
+    taken_off = PlacementRecord(uid=obj["metadata"]["uid"], key="ns/j", worker="",
+                                taken_off=(c.REASON_EVICTED, "evicted on worker w0"))
+    rig = Rig(job_obj=obj, records=(taken_off,))
+    rig.controller.workloads.store[WORKLOAD] = rig.owned(workload(state="Ready"))
+    rig.why = (c.REASON_WAITING_FOR_QUOTA, "no worker has room")
+    rig.client.script["apply"] = [workload(state="Retry")]
+    await rig.controller.reconcile(WORKLOAD_KEY + WORKLOAD)
+    [apply] = rig.client.made("apply")
+    [check] = apply.body["status"]["admissionChecks"]
+    assert (check["state"], check["message"]) == (
+        "Retry", "taken off its worker: evicted on worker w0")
 
 
 @pytest.mark.parametrize(("error", "outcome"), [

@@ -23,7 +23,7 @@ from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
 from dispatcher.claim import Claim
 from dispatcher.config import ClaimConfig, DispatcherConfig
 from dispatcher.controllers.jobs import actions as a
-from dispatcher.controllers.jobs.decide import decide, orphan_reason
+from dispatcher.controllers.jobs.decide import decide, explanation, orphan_reason
 from dispatcher.controllers.jobs.memory import JobMemory, Refusal
 from dispatcher.controllers.jobs.priority import Priority
 from dispatcher.controllers.jobs.snapshot import (
@@ -670,3 +670,23 @@ def test_a_mirror_is_an_orphan_exactly_when_no_row_keeps_it(
         mirror_obj: dict[str, Any], orphan: str | None) -> None:
     assert orphan_reason(mirror_obj, job_obj, rec, worker="w", claim=Claim(ClaimConfig()),
                          kind=KIND, origin="o", keep_finished=False) == orphan, why
+
+
+# ----- explanation: why a job waits, as others ask it (the admission check) -----
+
+
+def test_the_explanation_is_the_decisions_words_then_the_records_take_off() -> None:
+    taken_off = dataclasses.replace(record(worker=""), not_before=WALL + 60,
+                                    taken_off=(c.REASON_EVICTED, "evicted on worker w"))
+    waiting = pending(record=taken_off)
+    action = decide(waiting, JobMemory(), CONFIG, kind=KIND)
+    assert isinstance(action, a.Requeue), "in its backoff: no words of its own"
+    assert explanation(waiting, action) == (c.REASON_EVICTED, "evicted on worker w")
+    assert explanation(waiting, a.Wait(c.REASON_SUSPENDED, "suspended")) == (
+        c.REASON_SUSPENDED, "suspended")
+    queued = decide(pending(), JobMemory(), CONFIG, kind=KIND)
+    assert isinstance(queued, a.Enqueue) and not queued.reason
+    assert explanation(pending(), queued) is None, "the scheduler has not looked at it yet"
+    said = dataclasses.replace(queued, reason=c.REASON_WAITING_FOR_QUOTA, message="no room")
+    assert explanation(pending(), said) == (c.REASON_WAITING_FOR_QUOTA, "no room")
+    assert explanation(absent(), a.Forget()) is None

@@ -526,7 +526,8 @@ async def test_a_refused_mirror_is_rejected_and_requeued_in_one_reconcile() -> N
                                           c.ANNOTATION_DEMAND: "cpu=2,pods=1"}),
                      record=record(), booked=True, worker=ACTIVE)
     placed.job["metadata"]["finalizers"] = [c.FINALIZER]
-    taken_off = dataclasses.replace(record(worker=""), excluded={"w": EPOCH + 30})
+    taken_off = dataclasses.replace(record(worker=""), excluded={"w": EPOCH + 30},
+                                    taken_off=(c.REASON_MIRROR_REJECTED, "w rejected the mirror"))
     r = rig(placed, placed, claimed(record=taken_off))
     r.ledger.book(Booking(UID, "ns/j", "w", DEMAND))
     r.workers.refusal = Refused(c.REASON_MIRROR_REJECTED, "w rejected the mirror")

@@ -12,9 +12,11 @@ WALL = 1_780_000_000.25
 
 def test_requeue_state_round_trips_with_sub_second_times() -> None:
     record = PlacementRecord(uid="u", key="ns/j", worker="", evictions=2,
-                             not_before=WALL + 0.2, excluded={"b": WALL + 30, "a": WALL + 5})
+                             not_before=WALL + 0.2, excluded={"b": WALL + 30, "a": WALL + 5},
+                             taken_off=("MirrorEvicted", "evicted on worker a"))
     read = record_of(placement_body(record, namespace="sys"))
     assert read.not_before == WALL + 0.2 and read.excluded == record.excluded
+    assert read.taken_off == ("MirrorEvicted", "evicted on worker a")
     assert read.problem == "" and read.evictions == 2
     assert read.excluded_at(WALL + 10) == frozenset({"b"})
     assert read.excluded_at(WALL + 30) == frozenset()
@@ -24,7 +26,8 @@ def test_no_backoff_is_no_field_on_create_and_a_cleared_one_in_a_patch() -> None
     record = PlacementRecord(uid="u", key="ns/j", worker="w", demand={"cpu": Fraction(1)})
     body = placement_body(record, namespace="sys")
     assert body["spec"]["requeue"] == {"excludedWorkers": []}
-    assert placement_spec(record)["requeue"]["notBefore"] is None  # merge patch: removes it
+    spec = placement_spec(record)  # a merge patch: None removes the field
+    assert spec["requeue"]["notBefore"] is spec["requeue"]["reason"] is None
 
 
 def test_a_malformed_requeue_state_is_a_problem_not_a_guess() -> None:

@@ -13,7 +13,8 @@ enqueues it; a job the jobs controller just reconciled enqueues its Workload
 (`job_changed`), and a worker change every check of ours (`workers_changed`).
 `reconcile(key)` re-reads the caches (the job's placement, its mirror, whether it
 finished, and whether the dispatcher claims it at all, by the one rule of `claim.py`),
-asks `decide.py`, and writes only what differs:
+asks the jobs controller why the job waits (`explain`: its decision on the job's
+snapshot, not the status it wrote), asks `decide.py`, and writes only what differs:
 our entry of the Workload's `status.admissionChecks` by server-side apply of the
 status (field manager: the controller name, at the Workload's resourceVersion, as
 Kueue's own check controllers do), the Active condition of a check by a merge patch of
@@ -23,14 +24,13 @@ its status. A 409 is retried with the key's backoff.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from dispatcher.api import constants as c
 from dispatcher.api import kueue as k
-from dispatcher.api.conditions import condition
 from dispatcher.claim import Claim
 from dispatcher.clock import Clock
 from dispatcher.config import CheckReadyWhen
@@ -89,6 +89,7 @@ class AdmissionCheckController:
                  claim: Claim, origin: str, trainjobs: Informer, records: PlacementRecords,
                  registry: WorkerRegistry, settings: InformerSettings, clock: Clock,
                  on_job: Callable[[str], None],
+                 explain: Callable[[str], Awaitable[tuple[str, str] | None]],
                  ready_when: CheckReadyWhen = CheckReadyWhen.MIRROR_CREATED) -> None:
         self.controller_name = controller_name
         self._ready_when = ready_when
@@ -100,6 +101,7 @@ class AdmissionCheckController:
         self._registry = registry
         self._clock = clock
         self._on_job = on_job
+        self._explain = explain
         self.workloads = Informer(Resource(manager, k.WORKLOADS), settings=settings,
                                   name="manager/workloads", transform=workload_summary,
                                   clock=clock, indexes={k.WORKLOADS_BY_JOB: k.job_uid_of})
@@ -178,7 +180,7 @@ class AdmissionCheckController:
             raise
         return Result.done()
 
-    def job_state(self, workload: JSON) -> WorkloadJob | None:
+    async def job_state(self, workload: JSON) -> WorkloadJob | None:
         """Where the Workload's job stands; None when the manager has no such job (yet)."""
         owner = owner_of(workload)
         job = self._trainjobs.get(owner[0]) if owner else None
@@ -202,13 +204,14 @@ class AdmissionCheckController:
                           if connection.kueue is not None else None)
                 admitted = admission_of(mirror, remote, kind=self._kind).stage is Stage.ADMITTED
         return WorkloadJob(placed_on=placed_on, mirrored=mirrored, admitted=admitted,
-                           dispatched=condition(job.get("status"), c.CONDITION_DISPATCHED))
+                           why=await self._explain(owner[0]) or ("", ""),
+                           taken_off=record.taken_off if record is not None else ("", ""))
 
     async def _reconcile_workload(self, key: str) -> None:
         workload = self.workloads.get(key)
         if workload is None:
             return
-        update = check_update(workload, self.ours(), self.job_state(workload),
+        update = check_update(workload, self.ours(), await self.job_state(workload),
                               ready_when=self._ready_when)
         if update is not None:
             await self._write_check(workload, update)

@@ -13,12 +13,13 @@ Pure, level-triggered from what the caches hold:
     `readyWhen: WorkerAdmitted`, once the worker's Kueue admitted it too; `Pending`
     saying where it waits till then);
   - `Ready`, and the job is no longer placed (its mirror was evicted or its worker lost:
-    the dispatcher took it off) -> `Retry`, with why (Kueue then evicts the Workload,
-    releases its quota and queues it again);
+    the dispatcher took it off) -> `Retry`, with why (its record's last take-off; Kueue
+    then evicts the Workload, releases its quota and queues it again);
   - `Pending`, and the scheduler found that no worker can ever hold it
     (`Unschedulable`) -> `Rejected` with the reason (Kueue deactivates the Workload
     instead of holding its quota forever);
-  - `Pending` otherwise -> `Pending`, with why it waits (the job's Dispatched message);
+  - `Pending` otherwise -> `Pending`, with why it waits (the jobs controller's decision
+    on the job's snapshot, `JobsController.explain`, never its status read back);
   `Retry` and `Rejected` are left to Kueue.
 - `active_of(registered, usable, parameters)`: an AdmissionCheck of ours is `Active`
   while some registered worker is usable and it names no parameters object; else not,
@@ -50,8 +51,11 @@ class WorkloadJob:
     """Our mirror of it is on that worker."""
     admitted: bool = False
     """That mirror runs: the worker's Kueue admitted it (or the worker has no Kueue)."""
-    dispatched: JSON | None = None
-    """Its Dispatched condition (why it waits, or where it runs)."""
+    why: tuple[str, str] = ("", "")
+    """(reason, message): why it waits or where it runs, as the jobs controller decides
+    on its snapshot now (`JobsController.explain`)."""
+    taken_off: tuple[str, str] = ("", "")
+    """(reason, message) of its last take-off from a worker, from its record."""
     finished: bool = False
     """The job is Complete or Failed on the manager."""
     refusal: str = ""
@@ -107,23 +111,22 @@ def check_update(workload: JSON, checks: Collection[str], job: WorkloadJob | Non
 
 def _wanted(state: str, job: WorkloadJob, ready_when: CheckReadyWhen) -> tuple[str, str] | None:
     """The (state, message) our check should have for a job the dispatcher claims."""
-    dispatched = job.dispatched or {}
+    reason, message = job.why
     waits_on_worker = ready_when is CheckReadyWhen.WORKER_ADMITTED and not job.admitted
     if job.placed_on and job.mirrored and not waits_on_worker:
         return (k.CHECK_READY, f"placed on worker {job.placed_on} by trainjob-dispatcher")
     if job.placed_on and job.mirrored and state == k.CHECK_PENDING:
-        return (k.CHECK_PENDING, str(dispatched.get("message") or
-                                     f"placed on worker {job.placed_on}, waiting for its "
-                                     "Kueue to admit it"))
+        return (k.CHECK_PENDING, message or f"placed on worker {job.placed_on}, waiting "
+                                            "for its Kueue to admit it")
+    if job.placed_on:
+        return None
     if state == k.CHECK_READY:
-        if not job.placed_on:
-            why = dispatched.get("message") or "no longer placed"
-            return (k.CHECK_RETRY, f"taken off its worker: {why}")
-    elif state == k.CHECK_PENDING:
-        if dispatched.get("reason") == c.REASON_UNSCHEDULABLE:
-            return (k.CHECK_REJECTED, f"no worker can hold it: {dispatched.get('message')}")
-        if dispatched.get("message") and dispatched.get("status") != "True":
-            return (k.CHECK_PENDING, str(dispatched["message"]))
+        return (k.CHECK_RETRY, f"taken off its worker: {job.taken_off[1] or 'no longer placed'}")
+    if state == k.CHECK_PENDING:
+        if reason == c.REASON_UNSCHEDULABLE:
+            return (k.CHECK_REJECTED, f"no worker can hold it: {message}")
+        if message:
+            return (k.CHECK_PENDING, message)
     return None
 
 

@@ -56,7 +56,7 @@ from dispatcher.controllers.jobs.actions import (
     Wait,
 )
 from dispatcher.controllers.jobs.bookkeeping import Bookkeeper
-from dispatcher.controllers.jobs.decide import decide
+from dispatcher.controllers.jobs.decide import decide, explanation
 from dispatcher.controllers.jobs.manager_side import Conflict, ManagerWriter
 from dispatcher.controllers.jobs.memory import JobMemories, JobMemory, Refusal
 from dispatcher.controllers.jobs.records import PlacementRecords
@@ -232,6 +232,14 @@ class JobsController:
                 return result
         return Result.retry()
 
+    async def explain(self, key: str) -> tuple[str, str] | None:
+        """Why job `key` waits or where it runs, as the decision on its snapshot says now
+        (`decide.explanation`): what others ask instead of reading the job's status back."""
+        snapshot = await self.reader.read(key, self.memories)
+        memory = self.memories.get(snapshot.uid) if isinstance(snapshot, Claimed) else None
+        action = decide(snapshot, memory or JobMemory(), self.config, kind=self.kind)
+        return explanation(snapshot, action)
+
     def _memory(self, s: Snapshot) -> JobMemory:
         """The claimed job's memory, with the demand the snapshot computed recorded. For
         a job we do not claim, the memory of the one being cleaned up (the leftover's,
@@ -368,11 +376,12 @@ class JobsController:
 
     async def _write_record(self, s: Claimed, *, worker: str, demand: dict[str, Any],
                             evictions: int | None = None, backoff: float = 0.0,
-                            exclude: str = "") -> PlacementRecord:
+                            exclude: str = "", taken_off: tuple[str, str] = ("", "")
+                            ) -> PlacementRecord:
         """The job's record as it is to be: placed on `worker` (or not, when empty), its
         requeue state carried over (exclusions still in force) and added to: `backoff`
         seconds before it is placed again, `exclude` kept off for
-        `placement.rejectionBackoffSeconds`."""
+        `placement.rejectionBackoffSeconds`, `taken_off` the (reason, message) why."""
         previous, now = s.record, self.clock.time()
         excluded = {name: until for name, until in
                     (previous.excluded if previous is not None else {}).items() if until > now}
@@ -382,7 +391,8 @@ class JobsController:
             uid=s.uid, key=s.key, worker=worker, demand=dict(demand),
             evictions=(evictions if evictions is not None
                        else previous.evictions if previous is not None else 0),
-            not_before=now + backoff if backoff > 0 else 0.0, excluded=excluded)
+            not_before=now + backoff if backoff > 0 else 0.0, excluded=excluded,
+            taken_off=taken_off)
         return await self.manager.write_record(record, previous=previous)
 
     async def _record_placement(self, s: Claimed, memory: JobMemory, worker: str,
@@ -457,13 +467,14 @@ class JobsController:
                                    f"{action.finished.get('reason', '')}",
                            warning=self.kind.failed(action.finished))
 
-    async def _take_off(self, s: Claimed, *, evictions: int | None = None,
-                        backoff: float = 0.0, exclude: str = "") -> PlacementRecord:
+    async def _take_off(self, s: Claimed, why: tuple[str, str], *,
+                        evictions: int | None = None, backoff: float = 0.0, exclude: str = ""
+                        ) -> PlacementRecord:
         """The record says "not placed" (the mirror is gone), with the requeue state, in
         one write; the quota is released. What follows (the job's view and status) may
         fail without losing anything: the next decision writes them from the record."""
         record = await self._write_record(s, worker="", demand={}, evictions=evictions,
-                                          backoff=backoff, exclude=exclude)
+                                          backoff=backoff, exclude=exclude, taken_off=why)
         self._release(s.uid)
         return record
 
@@ -485,7 +496,8 @@ class JobsController:
             return None  # its worker went since the decision: decide again
         memory.tombstone = None
         backoff = action.backoff if action.count_requeue else 0.0
-        record = await self._take_off(s, evictions=action.evictions, backoff=backoff,
+        record = await self._take_off(s, (action.reason, action.message),
+                                      evictions=action.evictions, backoff=backoff,
                                       exclude=action.worker if action.exclude else "")
         if action.mirror is not None and not await self._delete_mirror(
                 action.worker, action.mirror, memory):
@@ -511,7 +523,7 @@ class JobsController:
                       message: str) -> Result | None:
         """The worker refused the mirror: try the others for a while, not this one."""
         memory.refused = None
-        record = await self._take_off(s, exclude=worker)
+        record = await self._take_off(s, (reason, message), exclude=worker)
         self.metrics.dispatch_errors.labels(worker, reason).inc()
         self.events.record(s.job, reason=reason, message=message, warning=True)
         log.warning("%s: %s", s.key, message, extra={"job": s.key, "worker": worker})

@@ -149,6 +149,26 @@ def decide(snapshot: Snapshot, memory: JobMemory, config: DispatcherConfig, *,
     return _claimed(snapshot, memory, config, kind=kind)
 
 
+def explanation(snapshot: Snapshot, action: Action) -> tuple[str, str] | None:
+    """(reason, message): why a claimed job waits, or where it runs, by the decision just
+    made on the snapshot (the words its Dispatched condition gets); for a job waiting out
+    its backoff, why it was taken off (its record's). None while there is nothing to say:
+    the job is not claimed, or the scheduler has not looked at it yet."""
+    if not isinstance(snapshot, Claimed):
+        return None
+    match action:
+        case (Wait(reason=reason, message=message) | Hold(reason=reason, message=message)
+              | SyncStatus(reason=reason, message=message)
+              | Unplace(reason=reason, message=message)
+              | Reject(reason=reason, message=message)
+              | Enqueue(reason=reason, message=message)) if reason:
+            return reason, message
+    record = snapshot.record
+    if record is not None and not record.placed and record.taken_off[0]:
+        return record.taken_off
+    return None
+
+
 def _unclaimed(s: Absent, config: DispatcherConfig, *, kind: JobKind) -> Action:
     """No job this dispatcher claims: forget it, unless the job there holds our
     finalizer (with no record: an earlier version placed it): then its mirror on the
