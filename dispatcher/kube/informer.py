@@ -19,7 +19,10 @@ An informer may keep indexes (`indexes`: name -> a function giving an object's v
 or None), like client-go's indexers: `indexed(name, value)` answers from the cache
 without a scan, e.g. the Workloads of one job by Kueue's job-uid label.
 A change this process made and `remember`ed is not emitted again when its watch event
-arrives: the controller that wrote it already acted on it. The answer to a write that
+arrives, whether that event comes before or after later writes of the same object: the
+controller that wrote it already acted on it. A watch event older than the cached object
+(a later write of ours was remembered first) never takes the cache back to it; it is
+emitted with the newer object. The answer to a write that
 arrives after the watch reported the object deleted (the last finalizer removed) is not
 remembered: the cache never holds a ghost of a deleted object.
 """
@@ -111,6 +114,9 @@ class Informer:
         """Index name -> value -> the keys of the cached objects with that value."""
         self._deleted: dict[str, int] = {}
         """Recently deleted keys and the revision of their deletion (bounded)."""
+        self._echoes: dict[str, set[int]] = {}
+        """Key -> the revisions of this process's remembered writes whose watch events
+        have not arrived yet (bounded per key; cleared by a relist)."""
         self.synced = asyncio.Event()
         self.restarts = 0
         self._handlers: list[EventHandler] = []
@@ -164,6 +170,10 @@ class Informer:
         deleted_at = self._deleted.get(key)
         if deleted_at is not None and _revision(obj) <= deleted_at:
             return  # the answer to a write that the watch already reported deleted
+        echoes = self._echoes.setdefault(key, set())
+        echoes.add(_revision(obj))
+        if len(echoes) > _ECHOES_KEPT:
+            echoes.discard(min(echoes))
         cached = self.store.get(key)
         if cached is None or _newer(obj, cached):
             self._put(key, self._kept(obj))
@@ -230,6 +240,7 @@ class Informer:
                 break
         old = self.store
         self.store = {}
+        self._echoes = {}
         self._indexed = {name: {} for name in self._indexers}
         for key, obj in items.items():
             self._put(key, obj)
@@ -299,6 +310,7 @@ class Informer:
         obj.setdefault("apiVersion", self.resource.kind.api_version)
         obj = self._kept(obj)
         key = object_key(obj)
+        echoes = self._echoes.pop(key, set())
         if event_type == DELETED:
             self._drop(key)
             self._deleted[key] = _revision(obj)
@@ -306,10 +318,21 @@ class Informer:
                 del self._deleted[next(iter(self._deleted))]
         else:
             self._deleted.pop(key, None)
+            revision = _revision(obj)
+            if revision in echoes:
+                echoes.discard(revision)
+                if echoes:
+                    self._echoes[key] = echoes
+                return  # the echo of this process's own write, already `remember`ed
+            if echoes:
+                self._echoes[key] = echoes
             cached = self.store.get(key)
             if cached is not None and _same_version(cached, obj):
-                return  # the echo of this process's own write, already `remember`ed
-            self._put(key, obj)
+                return  # nothing new
+            if cached is not None and not _newer(obj, cached):
+                obj = cached  # a later write of ours is cached: never go back to this one
+            else:
+                self._put(key, obj)
         self._emit(event_type, obj)
 
 
@@ -326,6 +349,7 @@ def _same_version(a: JSON, b: JSON) -> bool:
 
 
 _DELETED_KEPT = 4096
+_ECHOES_KEPT = 16
 
 
 def _revision(obj: JSON) -> int:

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 
 async def test_own_remembered_writes_are_not_emitted_again_but_others_are(
-    admin_clients: dict[str, ClusterClient], namespace: str
+    admin_clients: dict[str, ClusterClient], namespace: str, runtime_installed: dict[str, Any]
 ) -> None:
     jobs = Resource(admin_clients["manager"], TRAINJOBS)
     informer = Informer(jobs, namespace=namespace)
