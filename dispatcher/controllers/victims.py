@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Collection, Iterable
+from typing import Any
 
 from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.workers import WorkerConnection
@@ -19,7 +20,7 @@ from dispatcher.placement.ledger import Ledger
 from dispatcher.placement.preemption import Running
 
 
-def _created(obj: dict | None, default: float) -> float:
+def _created(obj: dict[str, Any] | None, default: float) -> float:
     text = ((obj or {}).get("metadata") or {}).get("creationTimestamp")
     if not text:
         return default
