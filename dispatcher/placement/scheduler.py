@@ -299,10 +299,6 @@ def schedule(
         if view is not None:
             view.used = resources.add(view.used, resources.scale(job.demand_of(worker), sign))
 
-    for job in queue:
-        if job.uid in nominated:
-            hold(job, nominated[job.uid].worker, +1)
-
     def wait(job: PendingJob, reason: str, message: str) -> None:
         nonlocal waiting
         waiting += in_queue(reason)
@@ -336,6 +332,9 @@ def schedule(
                         _preempting_message(choice.worker, choice.victims),
                         preempting_on=choice.worker, victims=choice.victims)
 
+    for job in queue:
+        if job.uid in nominated:  # the room held for it: no other job takes it
+            hold(job, nominated[job.uid].worker, +1)
     for job in queue:
         held = nominated.pop(job.uid, None)
         if held is not None:  # its own hold is room for it, and its victims are free
