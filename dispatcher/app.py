@@ -39,6 +39,7 @@ from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.jobs.snapshot import SnapshotReader
 from dispatcher.controllers.jobs.worker_side import WorkerWriter
 from dispatcher.controllers.scheduling import SchedulingLoop
+from dispatcher.controllers.victims import running_jobs
 from dispatcher.controllers.workerclusters import WorkerClustersController
 from dispatcher.controllers.workers import ConnectionOptions, WorkerConnection, WorkerRegistry
 from dispatcher.kinds import JobKind
@@ -55,6 +56,7 @@ from dispatcher.observability.metrics import Metrics
 from dispatcher.observability.server import Site, health_site, status_site
 from dispatcher.observability.statusview import StatusView, build_view
 from dispatcher.placement.ledger import Ledger
+from dispatcher.placement.options import PreemptionPolicy
 from dispatcher.placement.scheduler import Decision
 from dispatcher.supervision import Body, TaskOwner, guarded
 
@@ -174,6 +176,13 @@ class LeaderTerm:
             ledger=ledger, workers=lambda: capacities.views(self.registry.workers.values()),
             policy=cfg.placement.policy, strategy=cfg.placement.queueing_strategy,
             on_decision=self._on_decision, on_pass=metrics.scheduling_passes.inc,
+            preemption=(cfg.placement.preemption.policy
+                        if not cfg.admission_check.controller_name else PreemptionPolicy.NEVER),
+            running=lambda: running_jobs(self.registry.workers.values(), ledger=ledger,
+                                         records=self.records,
+                                         victims=self.scheduling.victims_on,
+                                         now=clock.time()),
+            wall=clock.time, on_victim=lambda key: self.queue.add(key, lane=Lane.PROMPT),
         )
         self.admission = _admission(self, manager, settings)
         self.informers = [self.trainjobs, *runtimes.values(), placements,

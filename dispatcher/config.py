@@ -18,7 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
-from dispatcher.placement.options import DemandMode, PlacementPolicy, QueueingStrategy
+from dispatcher.placement.options import (
+    DemandMode,
+    PlacementPolicy,
+    PreemptionPolicy,
+    QueueingStrategy,
+)
 
 
 class _Group(BaseModel):
@@ -113,6 +118,20 @@ class WorkersConfig(_Group):
     )
 
 
+class PreemptionConfig(_Group):
+    """Whether an urgent job may take room from running jobs of lower priority."""
+
+    policy: PreemptionPolicy = Field(
+        PreemptionPolicy.NEVER,
+        description="Never: a job that fits nowhere waits. LowerPriority: it preempts jobs "
+                    "of strictly lower priority on the one worker where the fewest and "
+                    "least valuable victims make room (they are requeued with reason "
+                    "Preempted, not counted as evictions). Standalone mode only: with Kueue "
+                    "on the manager (admissionCheck.controllerName), the manager's Kueue "
+                    "preempts.",
+    )
+
+
 class PlacementConfig(_Group):
     """How pending jobs are ordered and where they go."""
 
@@ -137,6 +156,7 @@ class PlacementConfig(_Group):
                     "the job is placed elsewhere (not counted as an eviction); 0 waits "
                     "forever.",
     )
+    preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
 
 
 class MirrorConfig(_Group):

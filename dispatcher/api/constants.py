@@ -86,6 +86,12 @@ REASON_RUNTIME_CHANGED = "RuntimeChanged"
 was made: placed again with what it needs now (not an eviction)."""
 REASON_ADMISSION_TIMEOUT = "AdmissionTimeout"
 """The worker's Kueue did not admit the mirror in time: moved, not counted as an eviction."""
+REASON_PREEMPTING = "Preempting"
+"""An urgent job waits for the lower-priority jobs it preempts on one worker to end; the
+room is held for it there meanwhile."""
+REASON_PREEMPTED = "Preempted"
+"""The job was taken off its worker to make room for one of higher priority: requeued at
+once, not counted as an eviction."""
 
 REASON_WAITING_FOR_KUEUE = "WaitingForKueue"
 """With Kueue on the manager: the job's Workload has no quota reserved, or its check is

@@ -44,6 +44,8 @@ class PlacementRecord:
     """The worker the job is placed on; empty while it is not placed."""
     demand: dict[str, Fraction] = field(default_factory=dict)
     evictions: int = 0
+    priority: int = 0
+    """The job's priority when it was placed: what preemption compares."""
     not_before: float = 0.0
     """Wall-clock seconds before which the job is not placed again (0: no backoff)."""
     excluded: dict[str, float] = field(default_factory=dict)
@@ -112,6 +114,9 @@ def record_of(obj: JSON) -> PlacementRecord:
     evictions = spec.get("evictions") or 0
     if not isinstance(evictions, int) or evictions < 0:
         evictions, problem = 0, f"spec.evictions: {evictions!r} is not a count"
+    priority = spec.get("priority") or 0
+    if not isinstance(priority, int):
+        priority, problem = 0, f"spec.priority: {priority!r} is not an integer"
     try:
         not_before, excluded, taken_off = _requeue_of(spec)
     except ValueError as error:
@@ -120,6 +125,7 @@ def record_of(obj: JSON) -> PlacementRecord:
         uid=str(job.get("uid") or metadata.get("name", "")),
         key=job_key(str(job.get("namespace", "")), str(job.get("name", ""))),
         worker=str(spec.get("worker") or ""), demand=demand, evictions=evictions,
+        priority=priority,
         not_before=not_before, excluded=excluded, taken_off=taken_off,
         resource_version=str(metadata.get("resourceVersion", "")), problem=problem)
 
@@ -132,6 +138,7 @@ def placement_spec(record: PlacementRecord) -> JSON:
         "demand": {name: format_quantity(amount)
                    for name, amount in sorted(record.demand.items()) if amount},
         "evictions": record.evictions,
+        "priority": record.priority,
         "requeue": {
             "notBefore": timestamp_text(record.not_before) if record.not_before else None,
             "reason": record.taken_off[0] or None,

@@ -6,6 +6,13 @@ went or changed. A placed job gets a *reservation*: its demand is booked in the 
 at once, so the next pass cannot give the same quota away, and its key is handed back to
 the reconciler, which records the placement on the manager and creates the mirror.
 Passes coalesce: triggers during a pass cause exactly one more pass.
+
+With preemption, a pass may *nominate* a job on a worker (`Preempting`): the nomination
+is kept here and handed to the next passes (which hold the job's room there), and each
+new victim is handed to the reconciler (`on_victim`), whose snapshot asks
+`preemptor_of` and takes the victim off. A nomination lives in memory only: after a
+restart the next pass chooses again from what then runs (the victims already taken off
+are requeued, and their room is free).
 """
 
 from __future__ import annotations
@@ -14,13 +21,30 @@ import asyncio
 import collections
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from dispatcher.api import constants as c
 from dispatcher.placement.ledger import Booking, Ledger, LedgerError
-from dispatcher.placement.options import PlacementPolicy, QueueingStrategy
-from dispatcher.placement.scheduler import Decision, PendingJob, WorkerView, schedule
+from dispatcher.placement.options import PlacementPolicy, PreemptionPolicy, QueueingStrategy
+from dispatcher.placement.scheduler import (
+    Decision,
+    Nomination,
+    PendingJob,
+    RunningJobs,
+    WorkerView,
+    schedule,
+)
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Preemptor:
+    """The job a victim makes room for."""
+
+    key: str
+    priority: int
+    worker: str
 
 
 class SchedulingLoop:
@@ -33,11 +57,21 @@ class SchedulingLoop:
         strategy: QueueingStrategy,
         on_decision: Callable[[Decision], None],
         on_pass: Callable[[], None] = lambda: None,
+        preemption: PreemptionPolicy = PreemptionPolicy.NEVER,
+        running: RunningJobs | None = None,
+        wall: Callable[[], float] = lambda: 0.0,
+        on_victim: Callable[[str], None] = lambda key: None,
     ) -> None:
         self.ledger = ledger
         self.pending: dict[str, PendingJob] = {}
         self.reservations: dict[str, str] = {}
         self.decisions: dict[str, Decision] = {}
+        self.nominations: dict[str, Nomination] = {}
+        """Preemptor UID -> the worker it is nominated on and its victims."""
+        self._preemption = preemption
+        self._running = running
+        self._wall = wall
+        self._on_victim = on_victim
         self._workers = workers
         self._policy = policy
         self._strategy = strategy
@@ -57,9 +91,23 @@ class SchedulingLoop:
         """Forget a job's pending entry and any reservation not yet recorded."""
         self.pending.pop(uid, None)
         self.decisions.pop(uid, None)
+        self.nominations.pop(uid, None)
         if self.reservations.pop(uid, None) is not None:
             self.ledger.release(uid)
             self.trigger()
+
+    def preemptor_of(self, uid: str, worker: str) -> Preemptor | None:
+        """The job that job `uid`, placed on `worker`, is preempted for; None if none."""
+        for preemptor, nomination in self.nominations.items():
+            job = self.pending.get(preemptor)
+            if job is not None and nomination.worker == worker and uid in nomination.victims:
+                return Preemptor(job.key, job.priority, worker)
+        return None
+
+    def victims_on(self, worker: str) -> frozenset[str]:
+        """The UIDs of the jobs nominated as victims on `worker`."""
+        return frozenset().union(*(n.victims for n in self.nominations.values()
+                                   if n.worker == worker))
 
     def reservation(self, uid: str) -> str | None:
         return self.reservations.get(uid)
@@ -83,9 +131,13 @@ class SchedulingLoop:
             return
         views = self._workers()
         quotas = {view.name: view.quota for view in views}
-        for decision in schedule(self.pending.values(), views,
-                                 policy=self._policy, strategy=self._strategy):
+        decisions = schedule(self.pending.values(), views, policy=self._policy,
+                             strategy=self._strategy, preemption=self._preemption,
+                             nominations=self.nominations,
+                             running=self._running or (lambda: {}), now=self._wall())
+        for decision in decisions:
             job = self.pending[decision.uid]
+            self._nominate(decision)
             if decision.worker is not None:
                 try:
                     self.ledger.book(Booking(job.uid, job.key, decision.worker,
@@ -109,6 +161,23 @@ class SchedulingLoop:
                     log.info("job %s is unschedulable: %s", job.key, decision.message,
                              extra={"job": job.key})
         self._on_pass()
+
+    def _nominate(self, decision: Decision) -> None:
+        """Keep a `Preempting` decision's nomination (and hand its new victims to the
+        reconciler); any other decision ends the job's nomination."""
+        if decision.reason != c.REASON_PREEMPTING:
+            self.nominations.pop(decision.uid, None)
+            return
+        previous = self.nominations.get(decision.uid)
+        before = previous.victims if previous is not None and (
+            previous.worker == decision.preempting_on) else frozenset()
+        self.nominations[decision.uid] = Nomination(
+            decision.preempting_on, frozenset(v.uid for v in decision.victims))
+        for victim in decision.victims:
+            if victim.uid not in before:
+                log.info("job %s preempts %s on worker %s", decision.key, victim.key,
+                         decision.preempting_on, extra={"job": decision.key})
+                self._on_victim(victim.key)
 
     async def run(self) -> None:
         await self.ready.wait()

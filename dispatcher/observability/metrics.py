@@ -37,6 +37,10 @@ class Metrics:
         self.evictions = Counter("dispatcher_evictions_total",
                                  "Jobs evicted from a worker and requeued.",
                                  ["worker", "reason"], registry=r)
+        self.preemptions = Counter("dispatcher_preemptions_total",
+                                   "Jobs taken off a worker to make room for a job of higher "
+                                   "priority (placement.preemption.policy: LowerPriority).",
+                                   ["worker"], registry=r)
         self.requeues = Counter("dispatcher_requeues_total",
                                 "Jobs put back in the queue.", ["reason"], registry=r)
         self.dispatch_errors = Counter("dispatcher_dispatch_errors_total",

@@ -24,3 +24,11 @@ class DemandMode(StrEnum):
     """All replicated jobs at once, initializers included (what Kueue counts)."""
     PEAK_OF_STEPS = "PeakOfSteps"
     """The largest step of a runtime whose replicated jobs run one after another."""
+
+
+class PreemptionPolicy(StrEnum):
+    NEVER = "Never"
+    """A job that fits nowhere waits until room is freed (as Kueue's default)."""
+    LOWER_PRIORITY = "LowerPriority"
+    """A job that fits nowhere takes room from jobs of strictly lower priority on the
+    one worker where that costs least (`placement/preemption.py`)."""

@@ -24,17 +24,30 @@ Three ways to wait are told apart, each with a message a person can read:
 Jobs stay pending in every case, so each pass (run when workers or quotas change)
 decides again. With `StrictFIFO`, the first job that waits for quota makes every later
 job wait behind it; with `BestEffortFIFO` later jobs that fit are placed.
+
+With preemption (`PreemptionPolicy.LowerPriority`), a job that waits for quota (and
+waits behind no other, under `StrictFIFO`) is *nominated* on the one usable worker where
+the cheapest set of lower-priority victims makes room (`preemption.py`): the decision is
+`Preempting`, naming the worker and the victims. While the nomination holds (the caller
+passes it back each pass), the job's demand is held on that worker, so no job after it
+takes the room (a victim, of lower priority, comes later in the queue), its victims
+are not chosen again by another job, and the job waits there until they are gone; then
+it is placed like any other.
+A nomination whose worker is no longer usable, or whose victims are all gone while the
+job still does not fit, is chosen again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from dispatcher.api import constants as c
 from dispatcher.placement import resources
-from dispatcher.placement.options import PlacementPolicy, QueueingStrategy
+from dispatcher.placement.options import PlacementPolicy, PreemptionPolicy, QueueingStrategy
+from dispatcher.placement.preemption import Candidate, Preemption, Running, choose_preemption
 from dispatcher.placement.quantity import format_quantity
 
 Selector = Callable[[Mapping[str, str]], bool]
@@ -50,7 +63,8 @@ def queue_order(*, priority: int, created: str, key: str) -> tuple[int, str, str
     return (-priority, created, key)
 
 
-QUEUED_REASONS = frozenset({c.REASON_WAITING_FOR_QUOTA, c.REASON_NO_ACTIVE_WORKER})
+QUEUED_REASONS = frozenset({c.REASON_WAITING_FOR_QUOTA, c.REASON_NO_ACTIVE_WORKER,
+                            c.REASON_PREEMPTING})
 """The verdicts of a job that holds a place in the queue."""
 
 
@@ -118,6 +132,35 @@ class Decision:
     message: str
     position: int = 0
     """1-based place in the queue among the jobs left waiting."""
+    preempting_on: str = ""
+    """`Preempting`: the worker the job is nominated on."""
+    victims: tuple[Running, ...] = ()
+    """`Preempting`: the jobs there that must end to make room for it."""
+
+
+@dataclass(frozen=True)
+class Nomination:
+    """A job waiting for its victims to end on `worker`: what a pass hands the next."""
+
+    worker: str
+    victims: frozenset[str]
+    """The victims' UIDs."""
+
+
+RunningJobs = Callable[[], Mapping[str, Sequence[Running]]]
+"""Worker -> the jobs holding quota there (booked or with a live mirror), read when a
+pass first needs it."""
+
+
+def _no_running() -> Mapping[str, Sequence[Running]]:
+    return {}
+
+
+def _preempting_message(worker: str, victims: Sequence[Running]) -> str:
+    named = _named([f"{v.key} (priority {v.priority})" for v in victims])
+    jobs = "job" if len(victims) == 1 else "jobs"
+    return (f"preempting {len(victims)} lower-priority {jobs} on worker {worker} to make "
+            f"room: {named}")
 
 
 def _free_share(free: Mapping[str, Fraction] | None, quota: Mapping[str, Fraction] | None,
@@ -227,12 +270,34 @@ def schedule(
     *,
     policy: PlacementPolicy = PlacementPolicy.MOST_FREE,
     strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO,
+    preemption: PreemptionPolicy = PreemptionPolicy.NEVER,
+    nominations: Mapping[str, Nomination] | None = None,
+    running: RunningJobs = _no_running,
+    now: float = 0.0,
 ) -> list[Decision]:
-    """Decide for every pending job, in queue order; placements update `used` as they go."""
+    """Decide for every pending job, in queue order; placements (and the demand held for
+    nominated jobs) update `used` as they go."""
     views = sorted(workers, key=lambda w: w.name)
+    by_name = {w.name: w for w in views}
+    queue = sorted(pending, key=PendingJob.order)
+    nominated = {job.uid: nomination for job in queue
+                 if (nomination := (nominations or {}).get(job.uid)) is not None}
+    spoken_for = {(uid, n.worker) for n in nominated.values() for uid in n.victims}
     decisions: list[Decision] = []
     blocked_by: str | None = None
     waiting = 0
+    read: Mapping[str, Sequence[Running]] | None = None
+
+    def running_now() -> Mapping[str, Sequence[Running]]:
+        nonlocal read
+        if read is None:
+            read = running()
+        return read
+
+    def hold(job: PendingJob, worker: str, sign: int) -> None:
+        view = by_name.get(worker)
+        if view is not None:
+            view.used = resources.add(view.used, resources.scale(job.demand_of(worker), sign))
 
     def wait(job: PendingJob, reason: str, message: str) -> None:
         nonlocal waiting
@@ -240,7 +305,41 @@ def schedule(
         decisions.append(Decision(job.key, job.uid, None, reason, message,
                                   waiting if in_queue(reason) else 0))
 
-    for job in sorted(pending, key=PendingJob.order):
+    def preempt(job: PendingJob, usable: list[WorkerView], held: Nomination | None
+                ) -> Decision | None:
+        """The job's nomination: the one it `held` while its worker is usable and some of
+        its victims remain, else the cheapest among `usable`; its demand is held there."""
+        remaining: tuple[Running, ...] = ()
+        if held is not None and any(w.name == held.worker for w in usable):
+            remaining = tuple(v for v in running_now().get(held.worker, ())
+                              if v.uid in held.victims)
+        if remaining:
+            assert held is not None
+            choice = Preemption(held.worker, remaining)
+        else:
+            candidates = {name: [v for v in jobs if (v.uid, name) not in spoken_for]
+                          for name, jobs in running_now().items()}
+            found = choose_preemption(
+                job.priority,
+                [Candidate(w.name, w.free(), job.demand_of(w.name)) for w in usable],
+                candidates, now=now)
+            if found is None:
+                return None
+            choice = found
+        spoken_for.update((v.uid, choice.worker) for v in choice.victims)
+        hold(job, choice.worker, +1)
+        return Decision(job.key, job.uid, None, c.REASON_PREEMPTING,
+                        _preempting_message(choice.worker, choice.victims),
+                        preempting_on=choice.worker, victims=choice.victims)
+
+    for job in queue:
+        if job.uid in nominated:  # the room held for it: no other job takes it
+            hold(job, nominated[job.uid].worker, +1)
+    for job in queue:
+        held = nominated.pop(job.uid, None)
+        if held is not None:  # its own hold is room for it, and its victims are free
+            hold(job, held.worker, -1)
+            spoken_for.difference_update((uid, held.worker) for uid in held.victims)
         matching = [w for w in views if job.selector(w.labels)]
         eligible = [w for w in matching if w.name not in job.excluded
                     and w.name not in job.missing_on
@@ -257,6 +356,11 @@ def schedule(
             wait(job, c.REASON_NO_ACTIVE_WORKER, _no_active_worker_message(holders))
             continue
         fitting = [w for w in usable if resources.fits(job.demand_of(w.name), w.free())]
+        if (not fitting and blocked_by is None and preemption is PreemptionPolicy.LOWER_PRIORITY
+                and (preempting := preempt(job, usable, held)) is not None):
+            waiting += 1
+            decisions.append(dataclasses.replace(preempting, position=waiting))
+            continue
         if blocked_by is not None or not fitting:
             message = (f"waiting behind {blocked_by} (StrictFIFO)" if blocked_by and fitting
                        else _waiting_message(job, usable))

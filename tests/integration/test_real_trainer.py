@@ -12,6 +12,7 @@ manager shows is what the worker's Trainer wrote.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import uuid
@@ -33,6 +34,7 @@ from devkit.localcluster.trainer import (
 )
 from dispatcher.admin import register_worker
 from dispatcher.api import constants as c
+from dispatcher.api.kueue import WORKLOAD_PRIORITY_CLASSES
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.app import Dispatcher
@@ -51,6 +53,7 @@ from tests.integration.conftest import (
     eventually,
     shut_down,
 )
+from tests.integration.test_forgery import events_of
 
 pytestmark = pytest.mark.integration
 CLUSTERS = ("manager", "worker-a", "worker-b")
@@ -597,3 +600,117 @@ async def test_a_workers_runtime_edited_before_the_mirror_is_made_rebooks_the_jo
 
 async def _absent(resource: Resource, name: str, namespace: str) -> bool:
     return await resource.get(name, namespace=namespace) is None
+
+
+def slow_runtime(name: str, seconds: int) -> dict[str, Any]:
+    """torch-quick whose pods run `seconds` before they complete."""
+    body = runtime(name)
+    pod = body["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    for knob in ("delay", "jitter-delay"):
+        pod["metadata"]["annotations"][f"pod-complete.stage.kwok.x-k8s.io/{knob}"] = (
+            f"{seconds}s")
+    return body
+
+
+async def test_an_urgent_job_preempts_the_cheapest_victims_on_one_worker_and_they_run_again(
+    chain: Chain, dispatchers: DispatcherRunner, chain_namespace: str,
+) -> None:
+    """Both workers are full of priority-10 jobs: worker-a of two 4-cpu jobs, worker-b of
+    four 2-cpu ones. A 4-cpu job of priority 1000 preempts one job (the one started last on
+    worker-a: one victim beats two), runs there, and nothing on worker-b is touched; the
+    victim is requeued `Preempted` (not an eviction) and completes later. A census of both
+    workers never sees two live mirrors of one job."""
+    namespace, manager = chain_namespace, chain.clients["manager"]
+    classes = Resource(manager, WORKLOAD_PRIORITY_CLASSES)
+    low, high = f"low-{namespace}", f"high-{namespace}"
+    for name, value in ((low, 10), (high, 1000)):
+        await classes.create({"apiVersion": WORKLOAD_PRIORITY_CLASSES.api_version,
+                              "kind": "WorkloadPriorityClass", "metadata": {"name": name},
+                              "value": value})
+    await dispatchers(
+        mirror={"origin": namespace}, placement={"preemption": {"policy": "LowerPriority"}},
+        workers={"static": [
+            {"name": w, "kubeconfig": str(chain.plane.clusters[w].kubeconfig_path),
+             "quota": NODES.total(), "labels": {"pool": w}} for w in WORKERS]})
+    jobs = Resource(manager, TRAINJOBS)
+    mirrors = {w: Resource(chain.clients[w], TRAINJOBS) for w in WORKERS}
+
+    async def create(name: str, *, pool: str | None, cpu: str, nodes: int,
+                     priority: str, runtime_name: str) -> None:
+        await jobs.create(trainjob(
+            name, namespace, managed_by=MANAGED_BY_MULTIKUEUE, runtime=runtime_name,
+            num_nodes=nodes, resources_per_node={"requests": {"cpu": cpu, "memory": "1Gi"}},
+            labels={c.LABEL_PRIORITY_CLASS: priority},
+            annotations={c.ANNOTATION_CLUSTER_SELECTOR: f"pool={pool}"} if pool else None),
+            namespace=namespace)
+
+    async def running_on(worker: str, names: list[str]) -> bool:
+        listed = (await mirrors[worker].list(namespace=namespace))["items"]
+        return {m["metadata"]["name"] for m in listed} >= set(names)
+
+    census_failures: list[str] = []
+
+    async def census() -> None:
+        while True:
+            seen: dict[str, list[str]] = {}
+            for worker, resource in mirrors.items():
+                for mirror in (await resource.list(namespace=namespace))["items"]:
+                    if not mirror["metadata"].get("deletionTimestamp"):
+                        seen.setdefault(mirror["metadata"]["name"], []).append(worker)
+            census_failures.extend(f"{n} on {w}" for n, w in seen.items() if len(w) > 1)
+            await asyncio.sleep(0.05)
+
+    async with chain.runtime(slow_runtime("torch-slow", 20)):
+        watcher = asyncio.create_task(census())
+        try:
+            for name in ("a-old", "a-new"):
+                await create(name, pool="worker-a", cpu="2", nodes=2, priority=low,
+                             runtime_name="torch-slow")
+                await eventually(lambda n=name: running_on("worker-a", [n]), timeout=30)
+            b_jobs = [f"b-{i}" for i in range(4)]
+            for name in b_jobs:
+                await create(name, pool="worker-b", cpu="2", nodes=1, priority=low,
+                             runtime_name="torch-slow")
+            await eventually(lambda: running_on("worker-b", b_jobs), timeout=30)
+            before = {m["metadata"]["name"]: m["metadata"]["uid"] for m in
+                      (await mirrors["worker-b"].list(namespace=namespace))["items"]}
+            created = asyncio.get_running_loop().time()
+            await create("urgent", pool=None, cpu="2", nodes=2, priority=high,
+                         runtime_name="torch-slow")  # the victim waits while it runs
+
+            async def urgent_runs() -> dict[str, Any] | None:
+                mirror = await mirrors["worker-a"].get("urgent", namespace=namespace)
+                return mirror if mirror and (mirror.get("status") or {}).get(
+                    "jobsStatus") else None
+            await eventually(urgent_runs, timeout=30)
+            took = asyncio.get_running_loop().time() - created
+            print(f"urgent job's mirror on worker-a with its JobSet's status {took:.1f}s "
+                  "after its creation")
+            victim = await jobs.get("a-new", namespace=namespace)
+            spared = await jobs.get("a-old", namespace=namespace)
+            assert await mirrors["worker-a"].get("a-new", namespace=namespace) is None
+            assert await mirrors["worker-a"].get("a-old", namespace=namespace) is not None, (
+                "one victim is enough: the one started first is spared")
+            shown = condition(victim, c.CONDITION_DISPATCHED)
+            assert shown["reason"] in (c.REASON_PREEMPTED, c.REASON_WAITING_FOR_QUOTA), shown
+            assert condition(spared, c.CONDITION_DISPATCHED)["reason"] == c.REASON_PLACED
+            [event] = await events_of(manager, namespace, "a-new", c.REASON_PREEMPTED)
+            assert f"by {namespace}/urgent (priority 1000" in event["note"]
+            assert "on worker worker-a" in event["note"]
+            [told] = await events_of(manager, namespace, "urgent", c.REASON_PREEMPTING)
+            assert f"preempted {namespace}/a-new on worker worker-a" in told["note"]
+            after = {m["metadata"]["name"]: m["metadata"]["uid"] for m in
+                     (await mirrors["worker-b"].list(namespace=namespace))["items"]}
+            assert after == before, "the other worker's jobs are untouched"
+            for name in ("urgent", "a-new", "a-old", *b_jobs):
+                done = await eventually(lambda n=name: finished(jobs, n, namespace),
+                                        timeout=120)
+                assert condition(done, "Complete").get("status") == "True", name
+            victim = await jobs.get("a-new", namespace=namespace)
+            assert (victim or {})["metadata"].get("annotations", {}).get(
+                c.ANNOTATION_EVICTIONS, "0") == "0", "a preemption is not an eviction"
+        finally:
+            watcher.cancel()
+            for name in ("urgent", "a-new", "a-old", *[f"b-{i}" for i in range(4)]):
+                await jobs.delete(name, namespace=namespace)
+    assert not census_failures, f"two live mirrors of one job: {census_failures[:5]}"

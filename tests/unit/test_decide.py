@@ -34,6 +34,7 @@ from dispatcher.controllers.jobs.snapshot import (
     Snapshot,
     WorkerState,
 )
+from dispatcher.controllers.scheduling import Preemptor
 from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.placement import resources
 from dispatcher.placement.scheduler import Decision
@@ -690,3 +691,21 @@ def test_the_explanation_is_the_decisions_words_then_the_records_take_off() -> N
     said = dataclasses.replace(queued, reason=c.REASON_WAITING_FOR_QUOTA, message="no room")
     assert explanation(pending(), said) == (c.REASON_WAITING_FOR_QUOTA, "no room")
     assert explanation(absent(), a.Forget()) is None
+
+
+# ----- preempted: taken off for a job of higher priority, unless it finished -----
+
+
+def test_a_victim_is_taken_off_without_counting_an_eviction_unless_it_finished() -> None:
+    victim = placed(mirror=mirror(), record=dataclasses.replace(record(), priority=1),
+                    preempted_by=Preemptor("ns/urgent", 100, "w"))
+    action = decide(victim, JobMemory(), CONFIG, kind=KIND)
+    assert isinstance(action, a.Unplace), action
+    assert (action.reason, action.eviction, action.evictions, action.backoff) == (
+        c.REASON_PREEMPTED, False, None, 0.0)
+    assert action.count_requeue and action.preemptor == "ns/urgent"
+    assert action.mirror is not None, "its mirror goes: its pods end"
+    assert "by ns/urgent (priority 100, above this job's 1)" in action.message
+    assert "on worker w" in action.message
+    done = dataclasses.replace(victim, mirror=mirror(status=COMPLETE))
+    assert isinstance(decide(done, JobMemory(), CONFIG, kind=KIND), a.Finish)

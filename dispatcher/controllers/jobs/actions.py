@@ -155,6 +155,8 @@ class Unplace:
     mirror: JSON | None = None
     """Our mirror to delete first; None when there is none, or its worker is lost or
     gone (given up on: the garbage collector deletes it on the worker's return)."""
+    preemptor: str = ""
+    """Preempted: the key of the job it makes room for (which gets an event too)."""
 
 
 @dataclass(frozen=True)

@@ -376,12 +376,13 @@ class JobsController:
 
     async def _write_record(self, s: Claimed, *, worker: str, demand: dict[str, Any],
                             evictions: int | None = None, backoff: float = 0.0,
-                            exclude: str = "", taken_off: tuple[str, str] = ("", "")
-                            ) -> PlacementRecord:
+                            exclude: str = "", taken_off: tuple[str, str] = ("", ""),
+                            priority: int | None = None) -> PlacementRecord:
         """The job's record as it is to be: placed on `worker` (or not, when empty), its
         requeue state carried over (exclusions still in force) and added to: `backoff`
         seconds before it is placed again, `exclude` kept off for
-        `placement.rejectionBackoffSeconds`, `taken_off` the (reason, message) why."""
+        `placement.rejectionBackoffSeconds`, `taken_off` the (reason, message) why; its
+        `priority` the one given, else the one it had."""
         previous, now = s.record, self.clock.time()
         excluded = {name: until for name, until in
                     (previous.excluded if previous is not None else {}).items() if until > now}
@@ -391,6 +392,8 @@ class JobsController:
             uid=s.uid, key=s.key, worker=worker, demand=dict(demand),
             evictions=(evictions if evictions is not None
                        else previous.evictions if previous is not None else 0),
+            priority=(priority if priority is not None
+                      else previous.priority if previous is not None else 0),
             not_before=now + backoff if backoff > 0 else 0.0, excluded=excluded,
             taken_off=taken_off)
         return await self.manager.write_record(record, previous=previous)
@@ -398,7 +401,8 @@ class JobsController:
     async def _record_placement(self, s: Claimed, memory: JobMemory, worker: str,
                                 demand: dict[str, Any]) -> Result | None:
         """The record first, then the job's view of it; the mirror only after both."""
-        record = await self._write_record(s, worker=worker, demand=demand)
+        record = await self._write_record(s, worker=worker, demand=demand,
+                                          priority=s.priority.value)
         self.scheduling.confirm(s.uid)
         memory.tombstone = memory.refused = None  # a new placement: old mirrors' news is old
         self.metrics.placements.labels(worker).inc()
@@ -412,7 +416,8 @@ class JobsController:
         """A live mirror of the job runs on `worker` unrecorded (an earlier version kept
         placements in annotations): record it where it runs, whatever the quota says."""
         self._release(s.uid)  # no longer queued, nor reserved anywhere else
-        record = await self._write_record(s, worker=worker, demand=demand)
+        record = await self._write_record(s, worker=worker, demand=demand,
+                                          priority=s.priority.value)
         memory.refused = None
         self.ledger.book(Booking(s.uid, s.key, worker, demand))
         self.events.record(s.job, reason=c.REASON_ADOPTED,
@@ -507,6 +512,12 @@ class JobsController:
                                warning=True)
             log.warning("%s taken off %s (%s): %s", s.key, action.worker, action.reason,
                         action.message, extra={"job": s.key, "worker": action.worker})
+        if action.preemptor:
+            self.metrics.preemptions.labels(action.worker).inc()
+            preemptor = self.trainjobs.get(action.preemptor)
+            if preemptor is not None:
+                self.events.record(preemptor, reason=c.REASON_PREEMPTING,
+                                   message=f"preempted {s.key} on worker {action.worker}")
         if action.eviction:
             self.metrics.evictions.labels(action.worker, action.reason).inc()
         if action.count_requeue:

@@ -45,6 +45,9 @@ actions are in `actions.py`; the rows, in the order they are tried
   is drained; lost for less -> wait; inactive but not lost (a blip) -> wait; a lost
   worker's jobs are placed again at once (no backoff: they are not at fault);
 - placed on a draining worker -> evict, not counted toward `mirror.maxEvictions`;
+- placed, and the scheduler takes its room for a job of higher priority (`preempted_by`)
+  -> take it off (Preempted: requeued at once, not an eviction), unless its mirror has
+  finished meanwhile (then it finishes);
 - taking a job off its worker writes the record (not placed) first, then deletes the
   mirror: while the worker can be asked; a worker unreachable but not lost is waited
   for; a lost or unregistered one is given up on (its mirror is the GC's once it is
@@ -365,6 +368,15 @@ def _placed(s: Claimed, record: PlacementRecord, memory: JobMemory,
     if worker.draining:
         return _evict(s, record, config, c.REASON_DRAINED, f"worker {name} is being drained",
                       kind=kind, counted=False)
+    preemptor = s.preempted_by
+    if preemptor is not None and not (s.mirror is not None
+                                      and kind.finished(s.mirror.get("status"))):
+        return _take_off(s, Unplace(
+            name, c.REASON_PREEMPTED,
+            f"preempted on worker {name} by {preemptor.key} (priority {preemptor.priority}, "
+            f"above this job's {record.priority}); requeued", eviction=False,
+            event_reason=c.REASON_PREEMPTED, count_requeue=True, preemptor=preemptor.key),
+            config, kind=kind)
     if s.mirror is None:
         return _no_mirror(s, record, memory, config, kind=kind)
     if not kind.is_ours(s.mirror, manager_uid=s.uid, origin=config.mirror.origin):
