@@ -16,12 +16,13 @@ import asyncio
 import contextlib
 import copy
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import pytest
 import pytest_asyncio
 import yaml
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from devkit.factories import trainjob
 from devkit.localcluster import LocalControlPlane
@@ -602,6 +603,25 @@ async def _absent(resource: Resource, name: str, namespace: str) -> bool:
     return await resource.get(name, namespace=namespace) is None
 
 
+async def _none(listing: Awaitable[list[Any]]) -> bool:
+    return not await listing
+
+
+async def created_once_the_webhook_knows_the_runtime(jobs: Resource, body: dict[str, Any]
+                                                     ) -> None:
+    """Create `body`; the Trainer's webhook reads runtimes from its cache, which may not
+    hold one applied a moment ago: its "must be created before" refusal is retried."""
+    for _ in range(100):
+        try:
+            await jobs.create(body, namespace=body["metadata"]["namespace"])
+            return
+        except ApiException as error:
+            if error.status != 403 or "must be created before" not in str(error.body):
+                raise
+            await asyncio.sleep(0.1)
+    raise AssertionError("the Trainer's webhook never saw the runtime")
+
+
 def slow_runtime(name: str, seconds: int) -> dict[str, Any]:
     """torch-quick whose pods run `seconds` before they complete."""
     body = runtime(name)
@@ -637,12 +657,11 @@ async def test_an_urgent_job_preempts_the_cheapest_victims_on_one_worker_and_the
 
     async def create(name: str, *, pool: str | None, cpu: str, nodes: int,
                      priority: str, runtime_name: str) -> None:
-        await jobs.create(trainjob(
+        await created_once_the_webhook_knows_the_runtime(jobs, trainjob(
             name, namespace, managed_by=MANAGED_BY_MULTIKUEUE, runtime=runtime_name,
             num_nodes=nodes, resources_per_node={"requests": {"cpu": cpu, "memory": "1Gi"}},
             labels={c.LABEL_PRIORITY_CLASS: priority},
-            annotations={c.ANNOTATION_CLUSTER_SELECTOR: f"pool={pool}"} if pool else None),
-            namespace=namespace)
+            annotations={c.ANNOTATION_CLUSTER_SELECTOR: f"pool={pool}"} if pool else None))
 
     async def running_on(worker: str, names: list[str]) -> bool:
         listed = (await mirrors[worker].list(namespace=namespace))["items"]
@@ -678,14 +697,22 @@ async def test_an_urgent_job_preempts_the_cheapest_victims_on_one_worker_and_the
             await create("urgent", pool=None, cpu="2", nodes=2, priority=high,
                          runtime_name="torch-slow")  # the victim waits while it runs
 
-            async def urgent_runs() -> dict[str, Any] | None:
-                mirror = await mirrors["worker-a"].get("urgent", namespace=namespace)
-                return mirror if mirror and (mirror.get("status") or {}).get(
-                    "jobsStatus") else None
+            pods_a = Resource(chain.clients["worker-a"], PODS)
+
+            async def pods_of(name: str) -> list[dict[str, Any]]:
+                return [p for p in (await pods_a.list(namespace=namespace))["items"]
+                        if (p["metadata"].get("labels") or {}).get(
+                            "jobset.sigs.k8s.io/jobset-name") == name]
+
+            async def urgent_runs() -> bool:
+                pods = await pods_of("urgent")
+                return len(pods) == 2 and all(p["status"].get("phase") == "Running"
+                                              for p in pods)
             await eventually(urgent_runs, timeout=30)
             took = asyncio.get_running_loop().time() - created
-            print(f"urgent job's mirror on worker-a with its JobSet's status {took:.1f}s "
-                  "after its creation")
+            print(f"urgent job's 2 pods Running on worker-a {took:.1f}s after its creation")
+            await eventually(lambda: _none(pods_of("a-new")), timeout=30)  # its pods end
+            assert len(await pods_of("a-old")) == 2
             victim = await jobs.get("a-new", namespace=namespace)
             spared = await jobs.get("a-old", namespace=namespace)
             assert await mirrors["worker-a"].get("a-new", namespace=namespace) is None
