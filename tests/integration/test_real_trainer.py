@@ -668,17 +668,22 @@ async def test_an_urgent_job_preempts_the_cheapest_victims_on_one_worker_and_the
         return {m["metadata"]["name"] for m in listed} >= set(names)
 
     census_failures: list[str] = []
+    mirror_uids: dict[str, set[tuple[str, str]]] = {}
+    """Job name -> every (worker, mirror UID) the census saw."""
 
     async def census() -> None:
         while True:
             seen: dict[str, list[str]] = {}
             for worker, resource in mirrors.items():
                 for mirror in (await resource.list(namespace=namespace))["items"]:
+                    name = mirror["metadata"]["name"]
+                    mirror_uids.setdefault(name, set()).add((worker, mirror["metadata"]["uid"]))
                     if not mirror["metadata"].get("deletionTimestamp"):
-                        seen.setdefault(mirror["metadata"]["name"], []).append(worker)
+                        seen.setdefault(name, []).append(worker)
             census_failures.extend(f"{n} on {w}" for n, w in seen.items() if len(w) > 1)
             await asyncio.sleep(0.05)
 
+    b_jobs = [f"b-{i}" for i in range(4)]
     async with chain.runtime(slow_runtime("torch-slow", 20)):
         watcher = asyncio.create_task(census())
         try:
@@ -686,13 +691,10 @@ async def test_an_urgent_job_preempts_the_cheapest_victims_on_one_worker_and_the
                 await create(name, pool="worker-a", cpu="2", nodes=2, priority=low,
                              runtime_name="torch-slow")
                 await eventually(lambda n=name: running_on("worker-a", [n]), timeout=30)
-            b_jobs = [f"b-{i}" for i in range(4)]
             for name in b_jobs:
                 await create(name, pool="worker-b", cpu="2", nodes=1, priority=low,
                              runtime_name="torch-slow")
             await eventually(lambda: running_on("worker-b", b_jobs), timeout=30)
-            before = {m["metadata"]["name"]: m["metadata"]["uid"] for m in
-                      (await mirrors["worker-b"].list(namespace=namespace))["items"]}
             created = asyncio.get_running_loop().time()
             await create("urgent", pool=None, cpu="2", nodes=2, priority=high,
                          runtime_name="torch-slow")  # the victim waits while it runs
@@ -708,9 +710,15 @@ async def test_an_urgent_job_preempts_the_cheapest_victims_on_one_worker_and_the
                 pods = await pods_of("urgent")
                 return len(pods) == 2 and all(p["status"].get("phase") == "Running"
                                               for p in pods)
-            await eventually(urgent_runs, timeout=30)
+            await eventually(lambda: mirrors["worker-a"].get("urgent", namespace=namespace),
+                             timeout=30)
+            mirrored = asyncio.get_running_loop().time() - created
+            # Its pods wait for the victim's to end: by the garbage collector's cascade
+            # from the deleted mirror, or by their own end (20 s), whichever comes first.
+            await eventually(urgent_runs, timeout=120)
             took = asyncio.get_running_loop().time() - created
-            print(f"urgent job's 2 pods Running on worker-a {took:.1f}s after its creation")
+            print(f"urgent job mirrored on worker-a {mirrored:.1f}s and its 2 pods Running "
+                  f"{took:.1f}s after its creation")
             await eventually(lambda: _none(pods_of("a-new")), timeout=30)  # its pods end
             assert len(await pods_of("a-old")) == 2
             victim = await jobs.get("a-new", namespace=namespace)
@@ -726,9 +734,8 @@ async def test_an_urgent_job_preempts_the_cheapest_victims_on_one_worker_and_the
             assert "on worker worker-a" in event["note"]
             [told] = await events_of(manager, namespace, "urgent", c.REASON_PREEMPTING)
             assert f"preempted {namespace}/a-new on worker worker-a" in told["note"]
-            after = {m["metadata"]["name"]: m["metadata"]["uid"] for m in
-                     (await mirrors["worker-b"].list(namespace=namespace))["items"]}
-            assert after == before, "the other worker's jobs are untouched"
+            for name in b_jobs:
+                assert not await events_of(manager, namespace, name, c.REASON_PREEMPTED)
             for name in ("urgent", "a-new", "a-old", *b_jobs):
                 done = await eventually(lambda n=name: finished(jobs, n, namespace),
                                         timeout=120)
@@ -738,6 +745,10 @@ async def test_an_urgent_job_preempts_the_cheapest_victims_on_one_worker_and_the
                 c.ANNOTATION_EVICTIONS, "0") == "0", "a preemption is not an eviction"
         finally:
             watcher.cancel()
-            for name in ("urgent", "a-new", "a-old", *[f"b-{i}" for i in range(4)]):
+            for name in ("urgent", "a-new", "a-old", *b_jobs):
                 await jobs.delete(name, namespace=namespace)
     assert not census_failures, f"two live mirrors of one job: {census_failures[:5]}"
+    for name in b_jobs:
+        assert len(mirror_uids[name]) == 1, f"{name} was untouched: one mirror, never remade"
+    assert len(mirror_uids["a-new"]) == 2, "the victim ran again: a second mirror"
+    assert len(mirror_uids["a-old"]) == 1
