@@ -20,6 +20,9 @@ from dispatcher.clock import Clock
 from dispatcher.observability.statuspage import StatusPage, StatusProvider
 
 
+_SHUTDOWN_SECONDS = 2.0
+
+
 class Site:
     """One aiohttp application served on one address until `stop`."""
 
@@ -32,7 +35,10 @@ class Site:
         """The address the socket is bound to, once started."""
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self._app, access_log=None)
+        # A handler ends when its caller goes (a followed log would wait for lines
+        # forever), and stopping waits a moment, not a minute, for the open ones.
+        self._runner = web.AppRunner(self._app, access_log=None, handler_cancellation=True,
+                                     shutdown_timeout=_SHUTDOWN_SECONDS)
         await self._runner.setup()
         await web.TCPSite(self._runner, self.host, self.port).start()
         host, port = self._runner.addresses[0][:2]
