@@ -19,7 +19,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from dispatcher.clock import Clock
 from dispatcher.observability.statuspage import StatusPage, StatusProvider
 
-
 _SHUTDOWN_SECONDS = 2.0
 
 

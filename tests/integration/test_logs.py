@@ -24,6 +24,7 @@ import yaml
 
 from devkit.factories import trainjob
 from devkit.localcluster import LocalControlPlane
+from devkit.localcluster.identities import namespace_user_token
 from devkit.localcluster.pod_logs import DEFAULT_LINES, append_lines, serve_pod_logs
 from devkit.localcluster.trainer import NodePool, chain_crd_files, end_pods, kwok_timed
 from dispatcher import logs_cli
@@ -32,7 +33,7 @@ from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKU
 from dispatcher.app import Dispatcher
 from dispatcher.cli import build_parser
 from dispatcher.kube.client import ClusterClient
-from dispatcher.kube.resource import NAMESPACES, PODS, Resource, ResourceKind
+from dispatcher.kube.resource import NAMESPACES, PODS, Resource
 from tests.integration.conftest import (
     SAMPLES,
     DispatcherRunner,
@@ -45,10 +46,6 @@ pytestmark = pytest.mark.integration
 WORKER = "worker-a"
 NODES = NodePool(count=2, allocatable={"cpu": "4", "memory": "16Gi", "pods": "110"})
 RUNTIME = "torch-until-ended"
-SERVICE_ACCOUNTS = ResourceKind("", "v1", "serviceaccounts", namespaced=True)
-ROLES = ResourceKind("rbac.authorization.k8s.io", "v1", "roles", namespaced=True)
-ROLE_BINDINGS = ResourceKind("rbac.authorization.k8s.io", "v1", "rolebindings",
-                             namespaced=True)
 
 
 class Plane:
@@ -109,28 +106,10 @@ async def start(dispatchers: DispatcherRunner, plane: Plane, *, retain: float,
 
 
 async def reader_token(manager: ClusterClient, namespace: str) -> str:
-    """The token of a ServiceAccount that may get TrainJobs in `namespace` and do nothing
-    else on the manager."""
-    await Resource(manager, SERVICE_ACCOUNTS).create({
-        "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": {"name": "reader", "namespace": namespace}}, namespace=namespace)
-    await Resource(manager, ROLES).create({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "trainjob-reader", "namespace": namespace},
-        "rules": [{"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"],
-                   "verbs": ["get", "list", "watch", "create"]}]}, namespace=namespace)
-    await Resource(manager, ROLE_BINDINGS).create({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "trainjob-reader", "namespace": namespace},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                    "name": "trainjob-reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": "reader",
-                      "namespace": namespace}]}, namespace=namespace)
-    request = await manager.request(
-        "POST", SERVICE_ACCOUNTS.path(namespace=namespace, name="reader", subresource="token"),
-        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-              "spec": {"expirationSeconds": 3600}})
-    return str(request["status"]["token"])
+    """The token of a ServiceAccount that may get, list and create TrainJobs in
+    `namespace` and do nothing else on the manager."""
+    return await namespace_user_token(manager, namespace, name="reader",
+                                      verbs=("get", "list", "watch", "create"))
 
 
 async def running_pods(worker: ClusterClient, namespace: str, name: str, count: int
