@@ -416,19 +416,20 @@ class Dispatcher:
         await self.server.start()
         log.info("serving /metrics, /healthz, /readyz on %s:%d", cfg.server.host,
                  self.server.port)
-        if cfg.server.status_page:
-            self.status_server = status_site(
-                provider=self.status_view_build, role=role, clock=self.clock,
-                host=cfg.server.status_host, port=cfg.server.status_port)
-            await self.status_server.start()
-            log.info("serving the status page on http://%s:%d/", cfg.server.status_host,
-                     self.status_server.port)
         if cfg.server.logs:
             self.logs_server = LogsEndpoint(manager=manager, logs=self._job_logs).site(
                 host=cfg.server.logs_host, port=cfg.server.logs_port)
             await self.logs_server.start()
             log.info("serving the jobs' logs on http://%s:%d/logs/", cfg.server.logs_host,
                      self.logs_server.port)
+        if cfg.server.status_page:
+            self.status_server = status_site(
+                provider=self.status_view_build, role=role, clock=self.clock,
+                host=cfg.server.status_host, port=cfg.server.status_port,
+                logs_port=self.logs_server.port if self.logs_server is not None else None)
+            await self.status_server.start()
+            log.info("serving the status page on http://%s:%d/", cfg.server.status_host,
+                     self.status_server.port)
         try:
             if not cfg.leader_election.enabled:
                 self._set_leading(True)

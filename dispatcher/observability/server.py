@@ -1,5 +1,5 @@
 """The HTTP endpoints: /metrics, /healthz and /readyz on one address, the status page on
-another.
+another (and the logs endpoint, `logs_endpoint.py`, on a third).
 
 `/healthz` answers 200 while the event loop runs. `/readyz` answers 200 once the caches
 are synced and the ledger rebuilt; its body says `leader` or `standby`. They and
@@ -75,8 +75,8 @@ def health_site(*, registry: CollectorRegistry, host: str, port: int,
 
 
 def status_site(*, provider: StatusProvider, role: Callable[[], str], clock: Clock,
-                host: str, port: int) -> Site:
+                host: str, port: int, logs_port: int | None = None) -> Site:
     """The status page on an address of its own."""
     app = web.Application()
-    StatusPage(provider=provider, role=role, clock=clock).add_routes(app)
+    StatusPage(provider=provider, role=role, clock=clock, logs_port=logs_port).add_routes(app)
     return Site(app, host=host, port=port)
