@@ -5,12 +5,15 @@ The command asks the dispatcher's logs endpoint (`logs_endpoint.py`; `--server`,
 token of the kubeconfig's current user (a token, a token file or an exec plugin, as
 kubectl reads them). The dispatcher reads the logs with its own worker credentials, so
 the caller needs none; a kubeconfig whose user is a client certificate cannot hand its
-identity on and is told so. The options are `kubectl logs`'s.
+identity on and is told so. The options are `kubectl logs`'s. A standby replica
+(several behind one Service) answers 503; the command asks again a few times, as the
+next connection may reach the leader.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
 import sys
@@ -20,6 +23,8 @@ from typing import Any
 import aiohttp
 
 DEFAULT_SERVER = "http://127.0.0.1:8082"
+_STANDBY_ATTEMPTS = 5
+_STANDBY_PAUSE_SECONDS = 0.5
 _DURATION = re.compile(r"^(\d+)([smh])$")
 
 
@@ -96,17 +101,30 @@ async def run(args: argparse.Namespace) -> int:
         raise LogsError(f"{args.job!r}: say NAMESPACE/NAME")
     token = args.token or await caller_token(args.kubeconfig, args.context)
     url = f"{args.server.rstrip('/')}/logs/{namespace}/{name}"
+    for attempt in range(_STANDBY_ATTEMPTS):
+        if await _print_logs(url, query_of(args), token, job=args.job, server=args.server,
+                             last=attempt == _STANDBY_ATTEMPTS - 1):
+            return 0
+        await asyncio.sleep(_STANDBY_PAUSE_SECONDS)
+    return 2
+
+
+async def _print_logs(url: str, query: dict[str, str], token: str, *, job: str, server: str,
+                      last: bool) -> bool:
+    """Print the logs; False when a standby replica answered (behind a Service, the
+    next connection may reach the leader)."""
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session, session.get(
-                url, params=query_of(args),
-                headers={"Authorization": f"Bearer {token}"}) as response:
+                url, params=query, headers={"Authorization": f"Bearer {token}"}) as response:
             if response.status != 200:
-                raise LogsError(f"{args.job}: {(await response.text()).strip()} "
-                                f"(HTTP {response.status})")
+                text = (await response.text()).strip()
+                if response.status == 503 and "stands by" in text and not last:
+                    return False
+                raise LogsError(f"{job}: {text} (HTTP {response.status})")
             async for chunk in response.content.iter_any():
                 sys.stdout.write(chunk.decode(errors="replace"))
                 sys.stdout.flush()
     except aiohttp.ClientError as error:
-        raise LogsError(f"cannot reach the dispatcher at {args.server}: {error}") from None
-    return 0
+        raise LogsError(f"cannot reach the dispatcher at {server}: {error}") from None
+    return True

@@ -47,10 +47,10 @@ class LogsEndpoint:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         try:
             query = _query(namespace, name, request)
-            await self._authorize(request, namespace, name)
             logs = self._logs()
             if logs is None:
                 raise LogsUnavailable(503, "this replica stands by; the leader serves logs")
+            await self._authorize(request, namespace, name)
             located = await logs.locate(query)
         except LogsUnavailable as refusal:
             return web.Response(status=refusal.status, text=f"{refusal}\n",
