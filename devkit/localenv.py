@@ -316,7 +316,7 @@ async def _write_user_kubeconfig(plane: LocalControlPlane, manager: ClusterClien
                                  directory: Path) -> None:
     """The manager's kubeconfig for a user of `USER_NAMESPACE` with a token (what
     `dispatcher logs` hands on): ServiceAccount `trainjob-user`, which may edit TrainJobs
-    there and nothing else."""
+    there (and read its events), nothing else."""
     token = await namespace_user_token(manager, USER_NAMESPACE, name="trainjob-user")
     target = directory / USER_KUBECONFIG
     target.write_text(yaml.safe_dump(with_token(

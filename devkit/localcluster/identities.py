@@ -23,7 +23,7 @@ async def namespace_user_token(client: ClusterClient, namespace: str, *, name: s
                                verbs: tuple[str, ...] = TRAINJOB_USER_VERBS,
                                seconds: int = 86_400) -> str:
     """The token of ServiceAccount `name` in `namespace`, which may `verbs` TrainJobs
-    there and nothing else (made, or brought back to that, here)."""
+    there and read the events there (what `kubectl describe` shows), nothing else."""
     await Resource(client, SERVICE_ACCOUNTS).apply({
         "apiVersion": "v1", "kind": "ServiceAccount",
         "metadata": {"name": name, "namespace": namespace}}, field_manager=_FIELD_MANAGER)
@@ -31,7 +31,9 @@ async def namespace_user_token(client: ClusterClient, namespace: str, *, name: s
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": name, "namespace": namespace},
         "rules": [{"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"],
-                   "verbs": list(verbs)}]}, field_manager=_FIELD_MANAGER)
+                   "verbs": list(verbs)},
+                  {"apiGroups": ["", "events.k8s.io"], "resources": ["events"],
+                   "verbs": ["get", "list", "watch"]}]}, field_manager=_FIELD_MANAGER)
     await Resource(client, ROLE_BINDINGS).apply({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
         "metadata": {"name": name, "namespace": namespace},
