@@ -279,8 +279,9 @@ async def running_dispatcher(plane: LocalControlPlane,
     port = free_port()
     config = {
         "managerKubeconfig": str(plane.clusters["manager"].kubeconfig_path),
-        "claim": {"namespaces": [NAMESPACE]}, "mirror": {"origin": "bench"},
-        "server": {"host": "127.0.0.1", "port": port, "statusPort": 0},
+        "claim": {"namespaces": [NAMESPACE]},
+        "mirror": {"origin": "bench", "retainFinishedSeconds": 0},  # as MultiKueue: none kept
+        "server": {"host": "127.0.0.1", "port": port, "statusPort": 0, "logsPort": 0},
         "client": DISPATCHER_CLIENT,
         "workers": {"fromCRD": False, "probeIntervalSeconds": 2, "static": [
             {"name": w, "kubeconfig": str(plane.clusters[w].kubeconfig_path),

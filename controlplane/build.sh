@@ -10,7 +10,7 @@
 #     pinning one upstream module): the Trainer controller manager with the CRDs, webhook
 #     configurations and runtimes its module ships, in $cache/trainer/<version>/; the
 #     JobSet controller with its CRD and webhooks, in $cache/jobset/<version>/; kwok with
-#     its pod and node stages, in $cache/kwok/<version>/.
+#     its pod and node stages and its Logs CRD, in $cache/kwok/<version>/.
 # Each binary is built only when missing.
 #
 #   build.sh            builds the control plane (about 10 minutes the first time on 2
@@ -207,6 +207,13 @@ copy_chain_yaml() {
       "$kwok_out/stages.tmp/"
     chmod -R u+w "$kwok_out"
     mv "$kwok_out/stages.tmp" "$kwok_out/stages"
+  fi
+  if [ ! -d "$kwok_out/crd" ]; then  # the Logs kind: which file kwok serves a pod's logs from
+    dir="$(chain_dir kwok "$kwok_module")"
+    mkdir -p "$kwok_out/crd.tmp"
+    cp "$dir"/kustomize/crd/bases/kwok.x-k8s.io_logs.yaml "$kwok_out/crd.tmp/"
+    chmod -R u+w "$kwok_out/crd.tmp"
+    mv "$kwok_out/crd.tmp" "$kwok_out/crd"
   fi
 }
 

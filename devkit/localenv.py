@@ -9,7 +9,9 @@ status page). Every cluster runs the real Kubeflow Trainer and JobSet controller
 (`localcluster/trainer.py`); each worker also runs kube-scheduler and kwok with fake
 nodes that hold exactly its quota (`WORKER_NODES`), so a mirror really becomes a JobSet,
 Jobs and pods placed on those nodes, which kwok runs for `--jobs-seconds`. Then it prints
-`export KUBECONFIG=...` lines and the URLs, and waits. SIGINT or SIGTERM stops every
+`export KUBECONFIG=...` lines, the URLs and how to read a job's logs as a namespace
+user (`user.kubeconfig`: a ServiceAccount token that may edit TrainJobs in `default`,
+what `dispatcher logs` hands on), and waits. SIGINT or SIGTERM stops every
 process it started.
 
 Everything lives in one directory (default `~/.cache/trainjob-dispatcher/up/`): a lock
@@ -44,6 +46,7 @@ from typing import IO, Any
 import yaml
 
 from devkit.localcluster import LocalCluster, LocalControlPlane
+from devkit.localcluster.identities import namespace_user_token, with_token
 from devkit.localcluster.trainer import NodePool, chain_crd_files, kwok_timed
 from dispatcher.api import constants as c
 from dispatcher.api import trainer as t
@@ -66,6 +69,9 @@ KUEUE_CLUSTER_QUEUE = "dispatcher"
 KUEUE_LOCAL_QUEUE = "default"
 KUEUE_NAMESPACES = ("default",)
 INFO_FILE = "up.json"
+USER_NAMESPACE = "default"
+USER_KUBECONFIG = "user.kubeconfig"
+"""A kubeconfig of the manager for a user of `USER_NAMESPACE`, with a token."""
 LOCK_FILE = "up.lock"
 _CONFIGMAPS = ResourceKind("", "v1", "configmaps", namespaced=True)
 _ADMISSION = {
@@ -98,20 +104,21 @@ class AlreadyUp(Exception):
 
 
 class PortInUse(Exception):
-    """The status page's port, or the one after it (/metrics), is taken."""
+    """The status page's port, or one of the two after it (/metrics, logs), is taken."""
 
 
 def server_config(port: int) -> dict[str, Any]:
-    """The status page on `port`, /metrics on the next one (both picked when 0), all on
-    127.0.0.1."""
+    """The status page on `port`, /metrics on the next one, the logs endpoint on the one
+    after (all picked when 0), all on 127.0.0.1."""
     return {"host": "127.0.0.1", "port": port + 1 if port else 0,
-            "statusHost": "127.0.0.1", "statusPort": port}
+            "statusHost": "127.0.0.1", "statusPort": port,
+            "logsHost": "127.0.0.1", "logsPort": port + 2 if port else 0}
 
 
 def check_port(port: int) -> None:
     if port == 0:
         return
-    for taken in (port, port + 1):
+    for taken in (port, port + 1, port + 2):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("127.0.0.1", taken))
@@ -167,6 +174,10 @@ def describe(info: dict[str, Any]) -> str:
                      f"{info.get('kubernetesVersion', '')}".rstrip())
     lines += [f"status page: {info['statusPage']}" if info.get("statusPage") else
               "status page: off", f"metrics: {info['metrics']}"]
+    if info.get("logs"):
+        lines.append(f"logs of a job in {USER_NAMESPACE}, as its user (a token that may edit "
+                     f"TrainJobs there): DISPATCHER_LOGS_URL={info['logs']} dispatcher logs "
+                     f"{USER_NAMESPACE}/NAME --kubeconfig {info['userKubeconfig']}")
     workers = [name for name in info["kubeconfigs"] if name != "manager"]
     if workers:
         lines.append(f"the real Trainer, JobSet and kwok nodes run the jobs: KUBECONFIG="
@@ -201,6 +212,9 @@ class Environment:
             "kubernetesVersion": self.plane.binaries.name,
             "statusPage": f"http://127.0.0.1:{page.port}/" if page is not None else "",
             "metrics": f"{base}/metrics",
+            "logs": (f"http://127.0.0.1:{self.dispatcher.logs_server.port}"
+                     if self.dispatcher.logs_server is not None else ""),
+            "userKubeconfig": str(self.directory / USER_KUBECONFIG),
         }
 
 
@@ -298,6 +312,19 @@ def _write_kubeconfigs(plane: LocalControlPlane, directory: Path) -> None:
         target.chmod(0o600)
 
 
+async def _write_user_kubeconfig(plane: LocalControlPlane, manager: ClusterClient,
+                                 directory: Path) -> None:
+    """The manager's kubeconfig for a user of `USER_NAMESPACE` with a token (what
+    `dispatcher logs` hands on): ServiceAccount `trainjob-user`, which may edit TrainJobs
+    there (and read its events), nothing else."""
+    token = await namespace_user_token(manager, USER_NAMESPACE, name="trainjob-user")
+    target = directory / USER_KUBECONFIG
+    target.write_text(yaml.safe_dump(with_token(
+        plane.clusters["manager"].kubeconfig(), user="trainjob-user", token=token,
+        namespace=USER_NAMESPACE)))
+    target.chmod(0o600)
+
+
 async def run_up(*, directory: Path, port: int, run_seconds: float, kueue: bool = False,
                  out: IO[str] = sys.stdout) -> None:
     """Start everything, print how to reach it, run until cancelled, stop everything."""
@@ -345,6 +372,7 @@ async def _serve(plane: LocalControlPlane, clients: dict[str, ClusterClient], *,
                 await asyncio.sleep(0.2)
         await wait_for_opt_in(clients["manager"])
         _write_kubeconfigs(plane, directory)
+        await _write_user_kubeconfig(plane, clients["manager"], directory)
         info = Environment(directory, plane, dispatcher).info()
         if kueue:
             info["kueue"] = {"clusterQueue": KUEUE_CLUSTER_QUEUE,

@@ -38,6 +38,7 @@ from dispatcher.controllers.jobs.priority import PriorityCache
 from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.jobs.snapshot import SnapshotReader
 from dispatcher.controllers.jobs.worker_side import WorkerWriter
+from dispatcher.controllers.logs import JobLogs
 from dispatcher.controllers.scheduling import SchedulingLoop
 from dispatcher.controllers.victims import running_jobs
 from dispatcher.controllers.workerclusters import WorkerClustersController
@@ -49,6 +50,7 @@ from dispatcher.kube.informer import Informer, InformerSettings
 from dispatcher.kube.leader import lead
 from dispatcher.kube.resource import SECRETS, Resource
 from dispatcher.kube.workqueue import Lane, Result, WorkQueue
+from dispatcher.logs_endpoint import LogsEndpoint
 from dispatcher.observability import termview
 from dispatcher.observability.events import EventRecorder
 from dispatcher.observability.gauges import Gauges, Reading
@@ -198,9 +200,12 @@ class LeaderTerm:
         self.gc = GarbageCollector(
             manager=manager, trainjobs=self.trainjobs, records=self.records,
             registry=self.registry, claim=claim, kind=kind,
-            origin=cfg.mirror.origin, keep_finished=cfg.mirror.keep_finished,
-            interval=cfg.gc.interval_seconds, metrics=metrics, clock=clock,
+            mirror_config=cfg.mirror, interval=cfg.gc.interval_seconds, metrics=metrics,
+            clock=clock,
             on_opened=self._on_worker_opened)
+        self.logs = JobLogs(trainjobs=self.trainjobs, records=self.records,
+                            registry=self.registry, claim=claim, kind=kind,
+                            origin=cfg.mirror.origin)
         self.trainjobs.add_handler(self.jobs.on_job_event)
         placements.add_handler(self.jobs.on_record_event)
         for runtime_informer in runtimes.values():
@@ -351,6 +356,7 @@ class Dispatcher:
         self.ready = asyncio.Event()
         self.server: Site | None = None
         self.status_server: Site | None = None
+        self.logs_server: Site | None = None
         self.ledger = Ledger()
         self.capacities = Capacities(ledger=self.ledger, kind=self.kind,
                                      origin=config.mirror.origin)
@@ -410,10 +416,17 @@ class Dispatcher:
         await self.server.start()
         log.info("serving /metrics, /healthz, /readyz on %s:%d", cfg.server.host,
                  self.server.port)
+        if cfg.server.logs:
+            self.logs_server = LogsEndpoint(manager=manager, logs=self._job_logs).site(
+                host=cfg.server.logs_host, port=cfg.server.logs_port)
+            await self.logs_server.start()
+            log.info("serving the jobs' logs on http://%s:%d/logs/", cfg.server.logs_host,
+                     self.logs_server.port)
         if cfg.server.status_page:
             self.status_server = status_site(
                 provider=self.status_view_build, role=role, clock=self.clock,
-                host=cfg.server.status_host, port=cfg.server.status_port)
+                host=cfg.server.status_host, port=cfg.server.status_port,
+                logs_port=self.logs_server.port if self.logs_server is not None else None)
             await self.status_server.start()
             log.info("serving the status page on http://%s:%d/", cfg.server.status_host,
                      self.status_server.port)
@@ -431,10 +444,15 @@ class Dispatcher:
                 work=lambda: self._work(manager), on_leading=self._set_leading,
             )
         finally:
-            if self.status_server is not None:
-                await self.status_server.stop()
+            for site in (self.logs_server, self.status_server):
+                if site is not None:
+                    await site.stop()
             await self.server.stop()
             await manager.close()
+
+    def _job_logs(self) -> JobLogs | None:
+        """The logs of the current term, while this replica leads (it has the workers)."""
+        return self.term.logs if self.leading and self.term is not None else None
 
     def _set_leading(self, leading: bool) -> None:
         self.leading = leading

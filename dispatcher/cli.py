@@ -1,5 +1,5 @@
 """The `dispatcher` command line: run the service, run the demo, bring a local
-environment up, administer workers, list jobs.
+environment up, administer workers, list jobs, read a job's logs.
 
 Errors a person can fix are printed as one line on stderr with exit code 2, never a
 traceback.
@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from dispatcher import logs_cli
 from dispatcher.config import DispatcherConfig
 
 
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--kueue", action="store_true",
                     help="run a real Kueue on each worker (mirrors wait for its admission)")
     _admin_parsers(commands)
+    logs_cli.add_parser(commands)
     return parser
 
 
@@ -210,6 +212,11 @@ def main(argv: list[str] | None = None) -> int:
             setup_logging(json_logs=args.json_logs or config.json_logs)
             asyncio.run(_run_service(config))
             return 0
+        if args.command == "logs":
+            try:
+                return asyncio.run(logs_cli.run(args))
+            except logs_cli.LogsError as error:
+                raise CliError(str(error)) from None
         if args.command in ("cluster", "jobs"):
             from dispatcher.admin_cli import AdminError
 

@@ -168,7 +168,16 @@ class MirrorConfig(_Group):
     )
     keep_finished: bool = Field(
         False, alias="keepFinished",
-        description="Keep a mirror on its worker after it completed or failed.",
+        description="Keep a mirror on its worker after it completed or failed, until its "
+                    "manager TrainJob is deleted (see retainFinishedSeconds for a limit).",
+    )
+    retain_finished_seconds: float = Field(
+        3600.0, alias="retainFinishedSeconds", ge=0,
+        description="How long a finished mirror stays on its worker with its pods, so "
+                    "that `dispatcher logs` and the worker's events can still be read; "
+                    "its quota is released at the finish all the same. It goes when the "
+                    "time is up (an hour by default) or its manager TrainJob is deleted; 0 "
+                    "deletes it at the finish.",
     )
     max_evictions: int = Field(
         5, alias="maxEvictions", ge=1,
@@ -228,6 +237,16 @@ class ServerConfig(_Group):
                     "port-forward`, unless set to one the network reaches on purpose.")
     status_port: int = Field(8081, alias="statusPort", ge=0, le=65535,
                              description="Port of the status page; 0 picks one.")
+    logs: bool = Field(
+        True, description="Serve the jobs' logs (GET /logs/NAMESPACE/NAME, what "
+                          "`dispatcher logs` reads) on logsHost:logsPort, to callers whose "
+                          "bearer token may get that TrainJob on the manager.")
+    logs_host: str = Field(
+        "127.0.0.1", alias="logsHost",
+        description="Address of the logs endpoint: loopback unless set to one the network "
+                    "reaches (behind TLS: callers send their manager token).")
+    logs_port: int = Field(8082, alias="logsPort", ge=0, le=65535,
+                           description="Port of the logs endpoint; 0 picks one.")
 
 
 class LeaderElectionConfig(_Group):

@@ -92,8 +92,9 @@ def dispatcher_config(env: Environment, port: int) -> dict[str, Any]:
     return {
         **settings,
         "managerKubeconfig": str(env.plane.clusters["manager"].kubeconfig_path),
-        "claim": {"namespaces": [NAMESPACE]}, "mirror": {"origin": "bench"},
-        "server": {"host": "127.0.0.1", "port": port, "statusPort": 0},
+        "claim": {"namespaces": [NAMESPACE]},
+        "mirror": {"origin": "bench", "retainFinishedSeconds": 0},  # as MultiKueue: none kept
+        "server": {"host": "127.0.0.1", "port": port, "statusPort": 0, "logsPort": 0},
         "client": DISPATCHER_CLIENT,
         "workers": {**workers, "fromCRD": False, "probeIntervalSeconds": 2,
                     "lostTimeoutSeconds": env.lost_timeout_seconds, "static": [

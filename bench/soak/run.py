@@ -108,8 +108,9 @@ async def soak(minutes: float, rate: float, seed: int) -> dict[str, Any]:
             await Resource(client, NAMESPACES).create({"metadata": {"name": NAMESPACE}})
         config = {
             "managerKubeconfig": str(plane.clusters["manager"].kubeconfig_path),
-            "claim": {"namespaces": [NAMESPACE]}, "mirror": {"origin": NAMESPACE},
-            "server": {"host": "127.0.0.1", "port": 0, "statusPort": 0},
+            "claim": {"namespaces": [NAMESPACE]},
+            "mirror": {"origin": NAMESPACE, "retainFinishedSeconds": 0},  # as MultiKueue: none kept
+            "server": {"host": "127.0.0.1", "port": 0, "statusPort": 0, "logsPort": 0},
             "client": {"timeoutSeconds": 3},
             "gc": {"intervalSeconds": 5},
             "workers": {"fromCRD": False, "probeIntervalSeconds": 1,

@@ -104,6 +104,10 @@ class TrainerChainFiles:
     def kwok_stages(self) -> list[Path]:
         return sorted((self.kwok / "stages").glob("*.yaml"))
 
+    def kwok_crds(self) -> list[Path]:
+        """kwok's Logs CRD: which file kwok serves a pod's container logs from."""
+        return sorted((self.kwok / "crd").glob("*.yaml"))
+
     def complete(self) -> bool:
         binaries = (self.trainer / "trainer-controller-manager", self.jobset / "jobset",
                     self.kwok / "kwok")
@@ -111,7 +115,7 @@ class TrainerChainFiles:
                 and (self.trainer / "webhook.yaml").is_file()
                 and (self.jobset / "webhook.yaml").is_file()
                 and bool(self.trainer_crds()) and bool(self.jobset_crds())
-                and bool(self.kwok_stages()))
+                and bool(self.kwok_stages()) and bool(self.kwok_crds()))
 
 
 def _complete(directory: Path) -> bool:

@@ -129,6 +129,7 @@ class LocalCluster:
             "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-account-key-file={self.certs.service_account_pub}",
             f"--service-account-signing-key-file={self.certs.service_account_key}",
+            "--kubelet-preferred-address-types=InternalIP",  # kwok's nodes: 127.0.0.1
             "--enable-priority-and-fairness=false",
             "--max-requests-inflight=1000",
             "--max-mutating-requests-inflight=500",

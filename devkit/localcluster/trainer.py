@@ -31,6 +31,7 @@ import yaml
 from devkit.localcluster.access import CRD_DIR, admin_client, free_port
 from devkit.localcluster.binaries import TrainerChainFiles, ensure_trainer_chain
 from devkit.localcluster.pki import sign_server_certificate
+from devkit.localcluster.pod_logs import default_logs_config
 from devkit.localcluster.processes import ManagedProcess, wait_healthy
 from devkit.localcluster.webhooks import pointed_at
 from dispatcher.kube.client import ClusterClient
@@ -171,6 +172,8 @@ class TrainerChain:
             log_path=cluster.directory / "trainer.log")
         self.scheduler: ManagedProcess | None = None
         self.kwok: ManagedProcess | None = None
+        self.pod_logs: Path | None = None
+        """With nodes: where `pod_logs.serve_pod_logs` writes the logs it gives a pod."""
         if nodes is not None:
             self.scheduler = ManagedProcess(
                 name=f"{cluster.name}/kube-scheduler",
@@ -178,16 +181,31 @@ class TrainerChain:
                       f"--kubeconfig={cluster.kubeconfig_path}", "--leader-elect=false",
                       "--secure-port=0", "--v=0"],
                 log_path=cluster.directory / "kube-scheduler.log")
-            self.kwok = ManagedProcess(
-                name=f"{cluster.name}/kwok",
-                argv=[str(self.files.kwok / "kwok"), f"--kubeconfig={cluster.kubeconfig_path}",
-                      "--manage-all-nodes=false",
-                      f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-                      "--cidr=10.0.0.0/24", "--node-ip=10.0.0.1",
-                      f"--node-port={free_port()}",
-                      f"--server-address=127.0.0.1:{free_port()}",
-                      *(f"--config={stage}" for stage in self.files.kwok_stages())],
-                log_path=cluster.directory / "kwok.log")
+            self.kwok = self._kwok(cluster)
+
+    def _kwok(self, cluster: ServedCluster) -> ManagedProcess:
+        """kwok for the worker's nodes, serving their kubelet API at 127.0.0.1 (the nodes'
+        InternalIP and kubelet port, where the API server asks for `pods/log`) with a
+        certificate of the cluster's CA, the pods' logs from files (`pod_logs`)."""
+        directory = cluster.directory / "kwok"
+        directory.mkdir(parents=True, exist_ok=True)
+        cert, key = sign_server_certificate(cluster.certs, common_name="kwok-kubelet")
+        (directory / "tls.crt").write_bytes(cert)
+        (directory / "tls.key").write_bytes(key)
+        self.pod_logs = directory / "pod-logs"
+        port = free_port()
+        return ManagedProcess(
+            name=f"{cluster.name}/kwok",
+            argv=[str(self.files.kwok / "kwok"), f"--kubeconfig={cluster.kubeconfig_path}",
+                  "--manage-all-nodes=false",
+                  f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                  "--cidr=10.0.0.0/24", "--node-ip=127.0.0.1", f"--node-port={port}",
+                  f"--server-address=127.0.0.1:{port}",
+                  f"--tls-cert-file={directory / 'tls.crt'}",
+                  f"--tls-private-key-file={directory / 'tls.key'}",
+                  "--enable-crds=Logs", f"--config={default_logs_config(self.pod_logs)}",
+                  *(f"--config={stage}" for stage in self.files.kwok_stages())],
+            log_path=cluster.directory / "kwok.log")
 
     def _write_config(self, server: _WebhookServer, config: JSON) -> Path:
         server.directory.mkdir(parents=True, exist_ok=True)
@@ -282,7 +300,7 @@ def chain_crd_files(*, kueue: bool = False, kueue_served: str | None = None) -> 
 
     files = ensure_trainer_chain()
     crds = (sorted(CRD_DIR.glob("dispatcher.trainjob.io_*.yaml")) + files.trainer_crds()
-            + files.jobset_crds())
+            + files.jobset_crds() + files.kwok_crds())
     return crds + ensure_kueue().kueue_crds(served=kueue_served) if kueue else crds
 
 

@@ -25,6 +25,7 @@ from dispatcher.api import constants as c
 from dispatcher.api.placement import PLACEMENTS, PlacementRecord, record_of
 from dispatcher.claim import Claim
 from dispatcher.clock import Clock
+from dispatcher.config import MirrorConfig
 from dispatcher.controllers.jobs.decide import orphan_reason
 from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
@@ -41,7 +42,7 @@ JSON = dict[str, Any]
 class GarbageCollector:
     def __init__(self, *, manager: ClusterClient, trainjobs: Informer,
                  records: PlacementRecords, registry: WorkerRegistry, claim: Claim,
-                 kind: JobKind, origin: str, keep_finished: bool, interval: float,
+                 kind: JobKind, mirror_config: MirrorConfig, interval: float,
                  metrics: Metrics, clock: Clock,
                  on_opened: Callable[[WorkerConnection], None] = lambda worker: None
                  ) -> None:
@@ -52,8 +53,7 @@ class GarbageCollector:
         self._registry = registry
         self._claim = claim
         self._kind = kind
-        self._origin = origin
-        self._keep_finished = keep_finished
+        self._mirror_config = mirror_config
         self._interval = interval
         self._metrics = metrics
         self._clock = clock
@@ -62,8 +62,8 @@ class GarbageCollector:
     def _orphan(self, mirror: JSON, job: JSON | None, record: PlacementRecord | None,
                 worker: str) -> str | None:
         return orphan_reason(mirror, job, record, worker=worker, claim=self._claim,
-                             kind=self._kind, origin=self._origin,
-                             keep_finished=self._keep_finished)
+                             kind=self._kind, config=self._mirror_config,
+                             wall=self._clock.time())
 
     async def collect(self, worker: WorkerConnection) -> int:
         """Delete the orphan mirrors on one worker; returns how many were deleted."""

@@ -72,6 +72,23 @@ class JobKind(Protocol):
 
     def evicted_remotely(self, remote: JSON) -> str | None: ...
 
+    pods_owner: ResourceKind
+    """What a mirror makes its pods through (a JobSet for a TrainJob), of the mirror's
+    name: read to prove which pods are the mirror's (for their logs)."""
+
+    def pods_selector(self, mirror: JSON, *, replicated_job: str | None = None,
+                      node_rank: int | None = None) -> str:
+        """The label selector of the mirror's pods (of one replicated job, one rank)."""
+        ...
+
+    def pods_of(self, mirror: JSON, owner: JSON | None, pods: list[JSON]) -> list[JSON]:
+        """Those of `pods` the mirror made through `owner`, in order of `pod_place`."""
+        ...
+
+    def pod_place(self, pod: JSON) -> tuple[str, int]:
+        """(replicated job, node rank) of one of the mirror's pods."""
+        ...
+
     def failed_condition(self, reason: str, message: str, now: str) -> JSON:
         """The condition that marks a manager job failed by the dispatcher."""
         ...

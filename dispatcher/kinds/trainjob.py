@@ -29,6 +29,7 @@ from dispatcher.api.trainer import (
     TRAINJOBS,
     VERSION,
 )
+from dispatcher.kinds import trainjob_pods
 from dispatcher.kinds.trainjob_demand import demand_with_spec, parse_runtime
 from dispatcher.placement.options import DemandMode
 
@@ -50,8 +51,21 @@ class TrainJobKind:
     runtime_resources = {CLUSTER_RUNTIME: CLUSTER_TRAINING_RUNTIMES,
                          NAMESPACED_RUNTIME: TRAINING_RUNTIMES}
 
+    pods_owner = trainjob_pods.JOBSETS
+
     def probe_path(self) -> str:
         return f"/apis/{GROUP}/{VERSION}"
+
+    def pods_selector(self, mirror: JSON, *, replicated_job: str | None = None,
+                      node_rank: int | None = None) -> str:
+        return trainjob_pods.pods_selector(mirror, replicated_job=replicated_job,
+                                           node_rank=node_rank)
+
+    def pods_of(self, mirror: JSON, owner: JSON | None, pods: list[JSON]) -> list[JSON]:
+        return trainjob_pods.pods_of(mirror, owner, pods)
+
+    def pod_place(self, pod: JSON) -> tuple[str, int]:
+        return trainjob_pods.place(pod)
 
     def runtime_ref(self, job: JSON) -> tuple[str, str]:
         ref = (job.get("spec") or {}).get("runtimeRef") or {}

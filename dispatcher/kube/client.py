@@ -120,6 +120,19 @@ class ClusterClient:
         return cls(name=name, api=ApiClient(configuration), settings=settings, observer=observer,
                    clock=clock)
 
+    def as_bearer(self, token: str, *, name: str) -> ClusterClient:
+        """A client of the same API server (its address and CA) that authenticates with
+        `token` alone, none of this client's own credentials: to ask the server what the
+        token's holder may do. Close it after use."""
+        own = self.api.configuration
+        configuration = Configuration(host=own.host, api_key={"BearerToken": token},
+                                      api_key_prefix={"BearerToken": "Bearer"})
+        configuration.ssl_ca_cert = own.ssl_ca_cert
+        configuration.verify_ssl = own.verify_ssl
+        configuration.proxy = own.proxy
+        return ClusterClient(name=name, api=ApiClient(configuration), settings=self.settings,
+                             observer=self._observer, clock=self._clock)
+
     async def close(self) -> None:
         await self.api.close()
 
@@ -171,8 +184,10 @@ class ClusterClient:
         *,
         query: list[tuple[str, Any]],
         timeout: aiohttp.ClientTimeout,
+        accept: str = "application/json",
+        verb: str = "watch",
     ) -> aiohttp.ClientResponse:
-        """Open a streaming GET (a watch); the caller reads lines and closes it."""
+        """Open a streaming GET (a watch, a log); the caller reads lines and closes it."""
         await self._limiter.acquire()
         started = self._clock.monotonic()
         code = 0
@@ -181,14 +196,14 @@ class ClusterClient:
                 path,
                 "GET",
                 query_params=query,
-                header_params={"Accept": "application/json"},
+                header_params={"Accept": accept},
                 auth_settings=["BearerToken"],
                 _preload_content=False,
                 _request_timeout=timeout,
             )
             code = response.status
         finally:
-            self._observer(self.name, "watch", code, self._clock.monotonic() - started)
+            self._observer(self.name, verb, code, self._clock.monotonic() - started)
         if not 200 <= code <= 299:
             data = await response.read()
             response.release()

@@ -49,6 +49,7 @@ class ResourceKind:
 
 NAMESPACES = ResourceKind("", "v1", "namespaces", namespaced=False)
 SECRETS = ResourceKind("", "v1", "secrets", namespaced=True)
+PODS = ResourceKind("", "v1", "pods", namespaced=True)
 EVENTS = ResourceKind("events.k8s.io", "v1", "events", namespaced=True)
 CRDS = ResourceKind("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
 LEASES = ResourceKind("coordination.k8s.io", "v1", "leases", namespaced=True)

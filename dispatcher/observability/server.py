@@ -1,5 +1,5 @@
 """The HTTP endpoints: /metrics, /healthz and /readyz on one address, the status page on
-another.
+another (and the logs endpoint, `logs_endpoint.py`, on a third).
 
 `/healthz` answers 200 while the event loop runs. `/readyz` answers 200 once the caches
 are synced and the ledger rebuilt; its body says `leader` or `standby`. They and
@@ -19,6 +19,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from dispatcher.clock import Clock
 from dispatcher.observability.statuspage import StatusPage, StatusProvider
 
+_SHUTDOWN_SECONDS = 2.0
+
 
 class Site:
     """One aiohttp application served on one address until `stop`."""
@@ -32,7 +34,10 @@ class Site:
         """The address the socket is bound to, once started."""
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self._app, access_log=None)
+        # A handler ends when its caller goes (a followed log would wait for lines
+        # forever), and stopping waits a moment, not a minute, for the open ones.
+        self._runner = web.AppRunner(self._app, access_log=None, handler_cancellation=True,
+                                     shutdown_timeout=_SHUTDOWN_SECONDS)
         await self._runner.setup()
         await web.TCPSite(self._runner, self.host, self.port).start()
         host, port = self._runner.addresses[0][:2]
@@ -70,8 +75,8 @@ def health_site(*, registry: CollectorRegistry, host: str, port: int,
 
 
 def status_site(*, provider: StatusProvider, role: Callable[[], str], clock: Clock,
-                host: str, port: int) -> Site:
+                host: str, port: int, logs_port: int | None = None) -> Site:
     """The status page on an address of its own."""
     app = web.Application()
-    StatusPage(provider=provider, role=role, clock=clock).add_routes(app)
+    StatusPage(provider=provider, role=role, clock=clock, logs_port=logs_port).add_routes(app)
     return Site(app, host=host, port=port)

@@ -2,7 +2,9 @@
 
 The page is plain HTML, CSS and a small script shipped in the package (no build step);
 the script polls `/api/status?offset=&limit=` every two seconds and draws what
-`statusview.build_view` made. Nothing here writes: every route is a GET. It shows job
+`statusview.build_view` made, with a link to each placed or finished job's logs on the
+logs endpoint (`logs_endpoint.py`, which asks for the reader's manager token). Nothing
+here writes: every route is a GET. It shows job
 names and namespaces, so it is served on an address of its own, loopback by default
 (`server.statusHost`/`server.statusPort`, see `server.py`), and `server.statusPage:
 false` turns it off. The cache's age and the view's time are read
@@ -53,10 +55,12 @@ class StatusPage:
     """Routes of the page on an aiohttp application."""
 
     def __init__(self, *, provider: StatusProvider, role: Callable[[], str],
-                 clock: Clock) -> None:
+                 clock: Clock, logs_port: int | None = None) -> None:
         self._provider = provider
         self._role = role
         self._clock = clock
+        self._logs_port = logs_port
+        """Where the logs endpoint listens, for the page's links (None: not served)."""
         self._cache: dict[tuple[int, int], tuple[float, str]] = {}
 
     def add_routes(self, app: web.Application) -> None:
@@ -88,15 +92,16 @@ class StatusPage:
             return cached[1]
         generated_at = datetime.datetime.fromtimestamp(self._clock.time(), datetime.UTC)
         text = await asyncio.to_thread(_render, self._provider(offset, limit), self._role(),
-                                       generated_at)
+                                       generated_at, self._logs_port)
         self._cache = {k: v for k, v in self._cache.items() if now - v[0] < CACHE_SECONDS}
         self._cache[(offset, limit)] = (now, text)
         return text
 
 
-def _render(build: Callable[[], StatusView], role: str,
-            generated_at: datetime.datetime) -> str:
+def _render(build: Callable[[], StatusView], role: str, generated_at: datetime.datetime,
+            logs_port: int | None) -> str:
     body = build().to_json()
     body["role"] = role
+    body["logsPort"] = logs_port
     body["generatedAt"] = generated_at.strftime("%Y-%m-%dT%H:%M:%SZ")
     return json.dumps(body, separators=(",", ":"))

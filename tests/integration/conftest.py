@@ -68,7 +68,8 @@ def base_config(control_plane: LocalControlPlane, namespace: str) -> dict[str, A
     return {
         "namespace": f"{namespace}-system",
         "claim": {"namespaces": [namespace]},
-        "mirror": {"origin": namespace, "requeueBackoffSeconds": 0.2},
+        "mirror": {"origin": namespace, "requeueBackoffSeconds": 0.2,
+                   "retainFinishedSeconds": 0},  # as before retention; its tests set it
         "workers": {
             "fromCRD": False,
             "static": [
@@ -80,7 +81,7 @@ def base_config(control_plane: LocalControlPlane, namespace: str) -> dict[str, A
             "lostTimeoutSeconds": 30,
         },
         "gc": {"intervalSeconds": 1},
-        "server": {"host": "127.0.0.1", "port": 0, "statusPort": 0},
+        "server": {"host": "127.0.0.1", "port": 0, "statusPort": 0, "logsPort": 0},
         "client": {"timeoutSeconds": 3},
     }
 

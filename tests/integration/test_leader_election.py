@@ -42,6 +42,8 @@ async def test_only_the_leader_works_and_a_standby_takes_over(
     assert await readyz(first) == "leader"
     assert await readyz(second) == "standby"
     assert second.registry is None, "a standby must not even connect to workers"
+    assert await logs_status(second) == 503  # it has no workers to read logs on
+    assert await logs_status(first) == 401  # the leader asks for the caller's token
     lease = await Resource(admin_clients["manager"], LEASES).get(
         "trainjob-dispatcher", namespace=f"{namespace}-system")
     assert lease is not None and lease["spec"]["holderIdentity"] == first.instance
@@ -63,6 +65,14 @@ async def test_only_the_leader_works_and_a_standby_takes_over(
     await eventually(second_leads, timeout=15, interval=0.2)
     await eventually(lambda: _has(admin_clients, namespace, names), timeout=20)
     assert await mirrors(admin_clients, namespace) == sorted(names)
+
+
+async def logs_status(dispatcher: Dispatcher) -> int:
+    assert dispatcher.logs_server is not None
+    async with aiohttp.ClientSession() as session, session.get(
+        f"http://127.0.0.1:{dispatcher.logs_server.port}/logs/ns/job"
+    ) as response:
+        return response.status
 
 
 async def _has(admin_clients: dict[str, ClusterClient], namespace: str,

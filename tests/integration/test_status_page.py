@@ -102,6 +102,9 @@ async def test_chromium_renders_workers_bars_the_queue_and_running_jobs(
     placed = {r[1]: r for r in rows(dom, "placed")}
     assert placed["big-1"][2:4] == [running.worker, "Running"]
     assert placed["big-2"][3] == "Placed"
+    assert dispatcher.logs_server is not None  # each placed job links to its logs
+    assert placed["big-1"][5] == "logs" and (
+        f'href="http://127.0.0.1:{dispatcher.logs_server.port}/logs/{namespace}/big-1"' in dom)
     assert [r[1:3] for r in rows(dom, "others")] == [["huge", c.REASON_UNSCHEDULABLE]]
     assert any(r[1] == c.REASON_PLACED and r[2] == f"{namespace}/big-1"
                for r in rows(dom, "recent"))

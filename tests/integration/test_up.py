@@ -168,9 +168,30 @@ def test_kubectl_gets_applies_and_describes(up: Up) -> None:
     assert c.CONDITION_DISPATCHED in described and "Complete" in described
     assert re.search(rf"{c.REASON_PLACED}\s+.*mirror created on worker worker-", described), (
         described)
+    assert "logs: dispatcher logs default/mnist-small" in described, described
     mirrors = kubectl(up, "get", "trainjobs", "-A", kubeconfig="worker-a") + kubectl(
         up, "get", "trainjobs", "-A", kubeconfig="worker-b")
     assert "not-claimed" not in mirrors
+
+
+def test_the_finished_jobs_logs_are_read_as_its_namespace_user(up: Up) -> None:
+    """The line `up` prints, run as printed: the finished job's mirror is kept (an hour by
+    default), and its pods' logs come back through the dispatcher with the user's token."""
+    line = next(x for x in up.lines if x.startswith("logs of a job in default"))
+    url = re.search(r"DISPATCHER_LOGS_URL=(\S+)", line)
+    kubeconfig = re.search(r"--kubeconfig (\S+)", line)
+    assert url and kubeconfig, line
+    result = subprocess.run(
+        [sys.executable, "-m", "dispatcher", "logs", "default/mnist-small", "--kubeconfig",
+         kubeconfig[1]], env={**os.environ, "DISPATCHER_LOGS_URL": url[1]},
+        capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "kwok played this pod's kubelet" in result.stdout, result.stdout
+    refused = subprocess.run(
+        [sys.executable, "-m", "dispatcher", "logs", "kube-system/mnist-small",
+         "--kubeconfig", kubeconfig[1]], env={**os.environ, "DISPATCHER_LOGS_URL": url[1]},
+        capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+    assert refused.returncode == 2 and "HTTP 403" in refused.stderr, refused.stderr
 
 
 def test_the_kubeflow_sdk_submits_with_the_opt_in_label_and_follows_to_complete(

@@ -42,7 +42,8 @@ from dispatcher.placement.validation import DemandError
 
 KIND = TrainJobKind()
 CONFIG = DispatcherConfig.model_validate({
-    "mirror": {"origin": "o", "maxEvictions": 3, "requeueBackoffSeconds": 2},
+    "mirror": {"origin": "o", "maxEvictions": 3, "requeueBackoffSeconds": 2,
+               "retainFinishedSeconds": 0},
     "workers": {"lostTimeoutSeconds": 60, "probeIntervalSeconds": 5},
     "placement": {"admissionTimeoutSeconds": 120},
 })
@@ -134,6 +135,8 @@ def lost(seconds: float | None, *, usable: bool = False) -> WorkerState:
     return dataclasses.replace(ACTIVE, usable=usable, lost_for=seconds, message="timeout")
 
 
+WHERE = "pods jobset.sigs.k8s.io/jobset-name=j; logs: dispatcher logs ns/j"
+"""Where a started job's pods and logs are, as its status message says."""
 COMPLETE = {"conditions": [condition("Complete", "AllJobsCompleted", "done")]}
 FAILED = {"conditions": [condition("Failed", "NodeLost", "node died")]}
 RUNNING = {"jobsStatus": [{"name": "node", "active": 1, "ready": 1}]}
@@ -373,16 +376,17 @@ def test_an_unparsable_cluster_selector_is_its_own_reason() -> None:
      a.Reject("w", c.REASON_NAME_CONFLICT, "ns/j on w is not a mirror of this job")),
     # status
     ("sync: copy status", placed(mirror=mirror(status=RUNNING)),
-     a.SyncStatus("w", mirror(status=RUNNING), message="running on worker w")),
+     a.SyncStatus("w", mirror(status=RUNNING), message=f"running on worker w ({WHERE})")),
     ("sync: pods made but none ready (no node holds them yet): not called running",
      placed(mirror=mirror(status=PODS_PENDING)),
      a.SyncStatus("w", mirror(status=PODS_PENDING),
-                  message="on worker w, waiting for its pods to run there")),
+                  message=f"on worker w, waiting for its pods to run there ({WHERE})")),
     ("sync: a mirror with no status yet, the job shows nothing either: nothing to tell",
      placed(mirror=mirror()), a.Idle()),
     ("sync: a mirror with no status, the job shows it placed: kept in step",
      placed(job=job(placed=True, status=SHOWN_PLACED), mirror=mirror()),
-     a.SyncStatus("w", mirror(), message="on worker w, waiting for its pods to run there")),
+     a.SyncStatus("w", mirror(),
+                  message=f"on worker w, waiting for its pods to run there ({WHERE})")),
     # admission by the worker's Kueue
     ("admission: waiting, Kueue says why",
      placed(worker=WITH_KUEUE, mirror=mirror(suspend=True), workload=PENDING_WORKLOAD),
@@ -407,7 +411,7 @@ def test_an_unparsable_cluster_selector_is_its_own_reason() -> None:
                mirror=mirror(suspend=True, age=121))),
     ("admission: admitted, running",
      placed(worker=WITH_KUEUE, mirror=mirror(status=RUNNING), workload=ADMITTED_WORKLOAD),
-     a.SyncStatus("w", mirror(status=RUNNING), message="running on worker w")),
+     a.SyncStatus("w", mirror(status=RUNNING), message=f"running on worker w ({WHERE})")),
     ("admission: admitted, not yet unsuspended",
      placed(worker=WITH_KUEUE, mirror=mirror(suspend=True), workload=ADMITTED_WORKLOAD),
      a.SyncStatus("w", mirror(suspend=True), reason=c.REASON_WAITING_FOR_ADMISSION,
@@ -525,6 +529,77 @@ def test_keep_finished_leaves_the_mirror() -> None:
         update={"keep_finished": True})})
     snapshot = placed(job=job(placed=True, status=COMPLETE), mirror=mirror(status=COMPLETE))
     check(snapshot, JobMemory(), a.DeleteRecord(record()), keep)
+
+
+RETAIN = CONFIG.model_copy(update={"mirror": CONFIG.mirror.model_copy(
+    update={"retain_finished_seconds": 600.0})})
+
+
+def finished_mirror(*, ago: float, uid: str = UID) -> dict[str, Any]:
+    """A mirror that completed on its worker `ago` seconds before the snapshot."""
+    done = condition("Complete", "AllJobsCompleted", "done")
+    done["lastTransitionTime"] = datetime.datetime.fromtimestamp(
+        WALL - ago, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return mirror(uid=uid, status={"conditions": [done]})
+
+
+def retained(mirror_obj: dict[str, Any] | None, *, deleting: bool = False,
+             worker: WorkerState = ACTIVE) -> Claimed:
+    """Finished on the manager, its record gone, our finalizer and annotation kept."""
+    finished = job(placed=True, status=COMPLETE, deleting=deleting)
+    return pending(job=finished, record=None, hinted_worker=worker,
+                   hinted_mirror=mirror_obj)
+
+
+@pytest.mark.parametrize(ARGS, **table(
+    ("finished, mirror retained: the record goes (quota released), the mirror stays",
+     placed(job=job(placed=True, status=COMPLETE), mirror=finished_mirror(ago=5)),
+     a.DeleteRecord(record())),
+    ("retained, time left: looked at again when it is up",
+     retained(finished_mirror(ago=100)), a.Requeue(500.0 + 0.05)),
+    ("retained past its time: the mirror goes", retained(finished_mirror(ago=700)),
+     a.DeleteMirror("w", finished_mirror(ago=700))),
+    ("retained, the job deleted: the mirror goes at once",
+     retained(finished_mirror(ago=100), deleting=True),
+     a.DeleteMirror("w", finished_mirror(ago=100))),
+    ("retained mirror gone: the finalizer goes", retained(None),
+     a.DropFinalizer(job(placed=True, status=COMPLETE))),
+    ("the object there is not this job's mirror: never deleted",
+     retained(finished_mirror(ago=700, uid=OLD_UID)),
+     a.DropFinalizer(job(placed=True, status=COMPLETE))),
+    ("retained on a worker unreachable for a while: waited for",
+     retained(None, worker=lost(10)), a.Requeue(5.0)),
+    ("retained on a worker lost past the timeout: given up on (the GC's)",
+     retained(None, worker=lost(61)),
+     a.DropFinalizer(job(placed=True, status=COMPLETE))),
+))
+def test_a_finished_mirror_is_retained_for_its_time(
+        snapshot: Snapshot, memory: JobMemory, expected: a.Action) -> None:
+    check(snapshot, memory, expected, RETAIN)
+
+
+def test_keep_finished_keeps_a_retained_mirror_until_the_job_is_deleted() -> None:
+    keep = CONFIG.model_copy(update={"mirror": CONFIG.mirror.model_copy(
+        update={"keep_finished": True})})
+    check(retained(finished_mirror(ago=86_400)), JobMemory(), a.Idle(), keep)
+    check(retained(finished_mirror(ago=86_400), deleting=True), JobMemory(),
+          a.DeleteMirror("w", finished_mirror(ago=86_400)), keep)
+
+
+def test_an_unfinished_mirror_of_a_finished_job_is_not_retained() -> None:
+    snapshot = placed(job=job(placed=True, status=COMPLETE), mirror=mirror(status=RUNNING))
+    check(snapshot, JobMemory(), a.DeleteMirror("w", mirror(status=RUNNING)), RETAIN)
+
+
+@pytest.mark.parametrize(("ago", "orphan"), [
+    (100, None),
+    (700, "its manager TrainJob has finished and mirror.retainFinishedSeconds is up"),
+])
+def test_the_collector_keeps_a_retained_mirror_for_its_time(ago: float,
+                                                            orphan: str | None) -> None:
+    assert orphan_reason(finished_mirror(ago=ago), _claimed_job(status=COMPLETE), None,
+                         worker="w", claim=Claim(ClaimConfig()), kind=KIND,
+                         config=RETAIN.mirror, wall=WALL) == orphan
 
 
 def test_without_an_admission_timeout_a_mirror_waits_forever() -> None:
@@ -670,7 +745,7 @@ def test_a_mirror_is_an_orphan_exactly_when_no_row_keeps_it(
         why: str, job_obj: dict[str, Any] | None, rec: PlacementRecord | None,
         mirror_obj: dict[str, Any], orphan: str | None) -> None:
     assert orphan_reason(mirror_obj, job_obj, rec, worker="w", claim=Claim(ClaimConfig()),
-                         kind=KIND, origin="o", keep_finished=False) == orphan, why
+                         kind=KIND, config=CONFIG.mirror, wall=WALL) == orphan, why
 
 
 # ----- explanation: why a job waits, as others ask it (the admission check) -----

@@ -17,7 +17,7 @@ from dispatcher.api import constants as c
 from dispatcher.api.placement import PLACEMENTS
 from dispatcher.api.trainer import TRAINJOBS
 from dispatcher.claim import Claim
-from dispatcher.config import ClaimConfig
+from dispatcher.config import ClaimConfig, MirrorConfig
 from dispatcher.controllers.gc import GarbageCollector
 from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.kinds.trainjob import TrainJobKind
@@ -62,7 +62,8 @@ class Setup:
                                            namespace=NAMESPACE)),
             registry=FakeRegistry(self.worker),  # type: ignore[arg-type]
             claim=Claim(ClaimConfig(labelSelector="team=a")), kind=TrainJobKind(),
-            origin="test", keep_finished=False, interval=INTERVAL,
+            mirror_config=MirrorConfig(origin="test", retainFinishedSeconds=0),
+            interval=INTERVAL,
             metrics=self.metrics, clock=self.clock,
             on_opened=lambda opened: self.opened.append(opened.name))
         self.opened: list[str] = []

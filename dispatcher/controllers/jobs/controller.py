@@ -56,7 +56,7 @@ from dispatcher.controllers.jobs.actions import (
     Wait,
 )
 from dispatcher.controllers.jobs.bookkeeping import Bookkeeper
-from dispatcher.controllers.jobs.decide import decide, explanation
+from dispatcher.controllers.jobs.decide import decide, explanation, logs_hint, retention_left
 from dispatcher.controllers.jobs.manager_side import Conflict, ManagerWriter
 from dispatcher.controllers.jobs.memory import JobMemories, JobMemory, Refusal
 from dispatcher.controllers.jobs.records import PlacementRecords
@@ -464,12 +464,16 @@ class JobsController:
         records the end, as Kueue releases a finished Workload's: the next job need not
         wait for the mirror's deletion."""
         kind_of_end = action.finished.get("type")
+        where = f"{kind_of_end} on worker {action.worker}"
+        if retention_left(action.mirror, self.config.mirror, wall=s.wall, kind=self.kind) > 0:
+            kept = ("until the job is deleted" if self.config.mirror.keep_finished
+                    else f"for {self.config.mirror.retain_finished_seconds:g}s")
+            where += f" ({logs_hint(s.key, action.mirror, kind=self.kind)}; kept {kept})"
         await self.manager.set_placed(s.job, action.mirror, reason=c.REASON_FINISHED,
-                                      message=f"{kind_of_end} on worker {action.worker}")
+                                      message=where)
         self._release(s.uid)
         self.events.record(s.job, reason=c.REASON_FINISHED,
-                           message=f"{kind_of_end} on worker {action.worker}: "
-                                   f"{action.finished.get('reason', '')}",
+                           message=f"{where}: {action.finished.get('reason', '')}",
                            warning=self.kind.failed(action.finished))
 
     async def _take_off(self, s: Claimed, why: tuple[str, str], *,

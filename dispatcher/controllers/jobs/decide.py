@@ -21,7 +21,12 @@ actions are in `actions.py`; the rows, in the order they are tried
 - deleted on the manager -> delete the mirror (while the worker can be reached), then
   the record, then drop the finalizer; a worker lost past the timeout is given up on
   (the GC cleans up);
-- finished on the manager -> the same (the mirror is kept with `mirror.keepFinished`);
+- finished on the manager -> the same, unless the mirror is retained
+  (`mirror.retainFinishedSeconds`, or `keepFinished` for good): then the record goes at
+  once (its quota is released at the finish) and the finalizer stays while the finished
+  mirror is kept, with its pods, on the worker the job's annotation names (proved ours by
+  its origin label and manager UID); it goes when the time is up or the job is deleted,
+  then the finalizer;
 - no record, and a live mirror of the job on a reachable worker (left by an earlier
   version, which kept the placement in annotations) -> adopt it: record it there; no
   record, and the job's annotation and finalizer name a worker whose mirrors are not
@@ -31,7 +36,8 @@ actions are in `actions.py`; the rows, in the order they are tried
   from the record -> rewrite it from the record, and say so in an event;
 - a mirror on a worker is an orphan, for the garbage collector, exactly when these rows
   would not keep it (`orphan_reason`): its job gone or re-created, placed elsewhere,
-  finished (unless `mirror.keepFinished`), not placed, or not claimed with no record;
+  finished (and not retained, or retained past its time), not placed, or not claimed
+  with no record;
 - placed, not yet booked (after a restart) -> book it (never less than it needs now);
 - placed, a live mirror of it on another reachable worker -> delete that one first
   (never two copies at once);
@@ -68,8 +74,8 @@ actions are in `actions.py`; the rows, in the order they are tried
   "waiting for admission" with Kueue's reason; past
   `placement.admissionTimeoutSeconds` -> take it off the worker (AdmissionTimeout, not
   an eviction) and keep the job off that worker a while; admitted -> copy its status
-  ("running on X"), unless the mirror has no status yet and the job shows nothing
-  either (nothing to tell until it does);
+  ("running on X", with where its pods and logs are), unless the mirror has no status
+  yet and the job shows nothing either (nothing to tell until it does);
 - not placed: suspended (with Kueue on the manager: its Workload does not ask for a
   placement now, i.e. no quota reserved or our check not Pending), runtime missing,
   demand or selector invalid -> wait with that reason; in eviction backoff (the
@@ -88,7 +94,7 @@ from dispatcher.api import constants as c
 from dispatcher.api.conditions import condition
 from dispatcher.api.placement import PlacementRecord
 from dispatcher.claim import Claim
-from dispatcher.config import DispatcherConfig, WhenWorkerLost
+from dispatcher.config import DispatcherConfig, MirrorConfig, WhenWorkerLost
 from dispatcher.controllers.jobs.actions import (
     Action,
     Adopt,
@@ -259,14 +265,15 @@ def _adoptable(s: Claimed, config: DispatcherConfig, *, kind: JobKind) -> Copy |
 
 
 def orphan_reason(mirror: JSON, job: JSON | None, record: PlacementRecord | None, *,
-                  worker: str, claim: Claim, kind: JobKind, origin: str,
-                  keep_finished: bool) -> str | None:
+                  worker: str, claim: Claim, kind: JobKind, config: MirrorConfig,
+                  wall: float) -> str | None:
     """Why `mirror` on `worker` is wanted by no job, or None when its job wants it: the
-    garbage collector's question, answered by the rows above. A live mirror of a claimed,
-    unfinished job with no record is wanted: `decide` adopts it (`_adoptable`)."""
+    garbage collector's question, answered by the rows above (`wall`: the time now). A
+    live mirror of a claimed, unfinished job with no record is wanted: `decide` adopts it
+    (`_adoptable`)."""
     if job is None:
         return "its manager TrainJob is gone"
-    if not kind.is_ours(mirror, manager_uid=uid_of(job), origin=origin):
+    if not kind.is_ours(mirror, manager_uid=uid_of(job), origin=config.origin):
         return "its manager TrainJob was re-created"
     if record is not None and record.placed:
         return None if record.worker == worker else (
@@ -274,10 +281,28 @@ def orphan_reason(mirror: JSON, job: JSON | None, record: PlacementRecord | None
     if record is None and not claim.claims(job):
         return "its manager TrainJob is not claimed by this dispatcher (nothing adopts it)"
     if kind.finished(job.get("status")):
-        return None if keep_finished else "its manager TrainJob has finished"
+        if retention_left(mirror, config, wall=wall, kind=kind) > 0:
+            return None
+        return ("its manager TrainJob has finished" if not config.retain_finished_seconds
+                else "its manager TrainJob has finished and mirror.retainFinishedSeconds "
+                     "is up")
     if record is not None:
         return "its manager TrainJob is not placed"
     return None
+
+
+def retention_left(mirror: JSON, config: MirrorConfig, *, wall: float,
+                   kind: JobKind) -> float:
+    """Seconds a finished mirror is still kept on its worker (infinite with
+    `keepFinished`; none for a mirror that has not finished: only a finished one is
+    kept), counted from its own finish there."""
+    finished = kind.finished(mirror.get("status"))
+    if finished is None:
+        return 0.0
+    if config.keep_finished:
+        return float("inf")
+    since = _timestamp(finished.get("lastTransitionTime"), default=wall)
+    return config.retain_finished_seconds - max(0.0, wall - since)
 
 
 def _given_up(worker: WorkerState | None, config: DispatcherConfig) -> bool:
@@ -290,12 +315,14 @@ def _leave(s: Claimed, config: DispatcherConfig, *, kind: JobKind) -> Action:
     """Deleted or finished on the manager: the mirror goes first, then the record, then
     the finalizer."""
     record = s.record
+    deleting = bool(s.job["metadata"].get("deletionTimestamp"))
     if record is None:
-        return DropFinalizer(s.job) if holds_finalizer(s.job) else Forget()
+        return (_retained(s, config, deleting=deleting, kind=kind) if holds_finalizer(s.job)
+                else Forget())
     if not record.placed:
         return DeleteRecord(record)
-    deleting = bool(s.job["metadata"].get("deletionTimestamp"))
-    if not deleting and config.mirror.keep_finished:
+    if (not deleting and s.mirror is not None
+            and retention_left(s.mirror, config.mirror, wall=s.wall, kind=kind) > 0):
         return DeleteRecord(record)
     if s.worker is not None and s.worker.usable:
         if s.mirror is not None and kind.is_ours(s.mirror, manager_uid=s.uid,
@@ -305,6 +332,24 @@ def _leave(s: Claimed, config: DispatcherConfig, *, kind: JobKind) -> Action:
     if _given_up(s.worker, config):
         return DeleteRecord(record)
     return Requeue(config.workers.probe_interval_seconds)
+
+
+def _retained(s: Claimed, config: DispatcherConfig, *, deleting: bool,
+              kind: JobKind) -> Action:
+    """Finished or deleted, no record, our finalizer held: the finished mirror kept on
+    the worker the job's annotation names goes when its time is up or the job is
+    deleted; then the finalizer. A worker unreachable but not given up on is waited for."""
+    hint, mirror = s.hinted_worker, s.hinted_mirror
+    if hint is not None and hint.usable:
+        if (mirror is not None and not mirror["metadata"].get("deletionTimestamp")
+                and kind.is_ours(mirror, manager_uid=s.uid, origin=config.mirror.origin)):
+            left = retention_left(mirror, config.mirror, wall=s.wall, kind=kind)
+            if deleting or left <= 0:
+                return DeleteMirror(hint.name, mirror)
+            return Idle() if left == float("inf") else Requeue(left + _BLIP_MARGIN_SECONDS)
+    elif hint is not None and not _given_up(hint, config):
+        return Requeue(config.workers.probe_interval_seconds)
+    return DropFinalizer(s.job)
 
 
 def _take_off(s: Claimed, unplace: Unplace, config: DispatcherConfig, *,
@@ -451,10 +496,17 @@ def _mirrored(s: Claimed, record: PlacementRecord, worker: WorkerState, mirror: 
     if (condition(s.job.get("status"), c.CONDITION_DISPATCHED) is None
             and not kind.remote_status(mirror)):
         return Idle()
+    where = logs_hint(s.key, mirror, kind=kind)
     if not kind.running(mirror):
         return SyncStatus(name, mirror,
-                          message=f"on worker {name}, waiting for its pods to run there")
-    return SyncStatus(name, mirror, message=f"running on worker {name}")
+                          message=f"on worker {name}, waiting for its pods to run there "
+                                  f"({where})")
+    return SyncStatus(name, mirror, message=f"running on worker {name} ({where})")
+
+
+def logs_hint(key: str, mirror: JSON, *, kind: JobKind) -> str:
+    """Where a started job's pods and logs are, for its status message."""
+    return f"pods {kind.pods_selector(mirror)}; logs: dispatcher logs {key}"
 
 
 def _hold_on_lost(s: Claimed, record: PlacementRecord, worker: WorkerState, lost_for: float,
@@ -495,7 +547,10 @@ def _waiting_for_admission(s: Claimed, name: str, worker: WorkerState, mirror: J
 
 
 def _created(obj: JSON, *, default: float) -> float:
-    text = (obj.get("metadata") or {}).get("creationTimestamp")
+    return _timestamp((obj.get("metadata") or {}).get("creationTimestamp"), default=default)
+
+
+def _timestamp(text: object, *, default: float) -> float:
     if not text:
         return default
     try:

@@ -129,6 +129,9 @@ class Claimed:
     hinted_worker: WorkerState | None = None
     """With no record: the worker the job's own view (annotation and finalizer) names, as
     an earlier version wrote it: not the truth, only where to look for its mirror."""
+    hinted_mirror: JSON | None = None
+    """The object of the job's name on `hinted_worker`, when that worker can be read (a
+    finished mirror kept there after its record went, or an earlier version's)."""
     elsewhere: tuple[Copy, ...] = ()
     """Live mirrors of the job seen on other workers."""
     booked: bool = False
@@ -246,6 +249,7 @@ class SnapshotReader:
         return Claimed(
             key=key, now=now, wall=wall, job=job, record=record, leftover=leftover,
             hinted_worker=self._worker_state(hinted) if hinted else None,
+            hinted_mirror=self._object_at(hinted, key) if hinted else None,
             elsewhere=self._copies(key, uid, placed_on),
             booked=booking is not None and booking.worker == placed_on,
             worker=self._worker_state(connection) if connection else None,

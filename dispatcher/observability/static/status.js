@@ -53,6 +53,15 @@ function drawRows(id, rows, cells) {
         ? { class: "num" } : {}, c)))));
 }
 
+// A link to the job's logs on the logs endpoint, which asks for the reader's manager
+// token (`dispatcher logs` sends it); the title says the command.
+function logsLink(view, job) {
+  if (!view.logsPort) return "-";
+  const path = `/logs/${encodeURIComponent(job.namespace)}/${encodeURIComponent(job.name)}`;
+  return el("a", { href: `${location.protocol}//${location.hostname}:${view.logsPort}${path}`,
+    title: `dispatcher logs ${job.namespace}/${job.name}` }, "logs");
+}
+
 function total(id, page, what) {
   document.getElementById(id).textContent = page.total > page.items.length
     ? `(${page.items.length} of ${page.total} ${what})` : `(${page.total})`;
@@ -74,9 +83,10 @@ function draw(view) {
   document.getElementById("prev").disabled = view.queue.offset === 0;
   document.getElementById("next").disabled = last >= view.queue.total;
   drawRows("placed", view.placed.items,
-    (j) => [j.namespace, j.name, j.worker, j.state, j.message]);
+    (j) => [j.namespace, j.name, j.worker, j.state, j.message, logsLink(view, j)]);
   total("placed-total", view.placed, "shown");
-  drawRows("others", view.others.items, (j) => [j.namespace, j.name, j.state, j.message]);
+  drawRows("others", view.others.items,
+    (j) => [j.namespace, j.name, j.state, j.message, logsLink(view, j)]);
   total("others-total", view.others, "shown");
   drawRows("recent", view.recent,
     (a) => [a.time.replace("T", " ").slice(0, 19), a.reason, `${a.namespace}/${a.name}`,
