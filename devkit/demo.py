@@ -122,7 +122,8 @@ async def _run(console: Console, clusters: dict[str, Any], clients: dict[str, Cl
         if not console.is_terminal:  # off a terminal, Live leaves its last line open
             console.line()
         console.print("where the pods ran (each worker's kube-scheduler chose the kwok "
-                      "nodes; the pods go with their finished mirrors):")
+                      "nodes; finished mirrors and their pods stay an hour, "
+                      "mirror.retainFinishedSeconds):")
         for (worker, pod), (node_name, phase) in sorted(seen.items()):
             console.print(f"  {worker:9} {pod:34} {node_name:18} {phase}")
         service.cancel()
@@ -148,8 +149,8 @@ async def _watch(console: Console, jobs: Resource, metrics_url: str,
             placed = placements()
             live.update(_table(items, placed, metrics_url))
             states = [_line(j, placed).state for j in items]
-            finalizers = any(j["metadata"].get("finalizers") for j in items)
-            if items and all(s in _FINAL for s in states) and not finalizers:
+            recorded = any(j["metadata"]["uid"] in placed for j in items)
+            if items and all(s in _FINAL for s in states) and not recorded:
                 return 0 if "Failed" not in states else 1
             await asyncio.sleep(0.5)
     console.print("[red]not all jobs finished in time[/red]")

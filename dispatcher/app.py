@@ -177,7 +177,7 @@ class LeaderTerm:
         self.scheduling = SchedulingLoop(
             ledger=ledger, workers=lambda: capacities.views(self.registry.workers.values()),
             policy=cfg.placement.policy, strategy=cfg.placement.queueing_strategy,
-            on_decision=self._on_decision, on_pass=metrics.scheduling_passes.inc,
+            on_decision=self._on_decision, on_pass=metrics.scheduling_pass,
             preemption=(cfg.placement.preemption.policy
                         if not cfg.admission_check.controller_name else PreemptionPolicy.NEVER),
             running=lambda: running_jobs(self.registry.workers.values(), ledger=ledger,

@@ -52,6 +52,21 @@ DISPATCHER_NAMESPACE = "trainjob-dispatcher"
 `deploy/` creates: every local cluster has it, as a deployed manager would."""
 
 
+LEAN_APISERVER_FLAGS = [
+    # Only the API groups a worker's mirrors need: core, CRDs, RBAC, the API server's own
+    # leases, authorization reviews and events; no apps, batch, networking, ...
+    "--runtime-config=apps/v1=false,batch/v1=false,autoscaling/v1=false,"
+    "autoscaling/v2=false,policy/v1=false,certificates.k8s.io/v1=false,"
+    "resource.k8s.io/v1=false,storagemigration.k8s.io/v1beta1=false",
+    "--watch-cache=false",  # watches and lists read etcd: no copy of every object
+    "--max-requests-inflight=100", "--max-mutating-requests-inflight=50",
+    "--profiling=false",
+]
+"""A worker that only holds mirrors: `bench fleet` runs 50 of these beside each other."""
+LEAN_APISERVER_ENV = {"GOMEMLIMIT": "128MiB", "GOGC": "50"}
+"""Go's collector works harder instead of letting the heap double before it runs."""
+
+
 class ControlPlaneError(RuntimeError):
     """A process of the local control plane failed to start or become ready."""
 
@@ -104,6 +119,7 @@ class LocalCluster:
         binaries: Path,
         etcd_url: str,
         controllers: bool,
+        lean: bool = False,
     ) -> None:
         self.name = name
         self.directory = directory
@@ -138,9 +154,12 @@ class LocalCluster:
         advertise = _advertise_address()
         if advertise:
             argv.append(f"--advertise-address={advertise}")
+        if lean:
+            argv += LEAN_APISERVER_FLAGS
+        self.lean = lean
         self.apiserver = ManagedProcess(
-            name=f"{name}/kube-apiserver", argv=argv, log_path=directory / "kube-apiserver.log"
-        )
+            name=f"{name}/kube-apiserver", argv=argv, log_path=directory / "kube-apiserver.log",
+            env=LEAN_APISERVER_ENV if lean else None)
         self.kueue: KueueManager | None = None
         self.trainer: TrainerChain | None = None
         self.controller_manager: ManagedProcess | None = None
@@ -362,15 +381,17 @@ class LocalControlPlane:
         *,
         controllers: Iterable[str] = (),
         crd_files: Iterable[Path] | None = None,
+        lean: Iterable[str] = (),
     ) -> dict[str, LocalCluster]:
         """Start etcd (once) and one API server per name, ready and with CRDs installed.
 
-        `controllers` names the clusters that also run kube-controller-manager.
+        `controllers` names the clusters that also run kube-controller-manager; `lean`
+        those whose API server serves only what mirrors need (`LEAN_APISERVER_FLAGS`).
         """
         if not self.etcd.running():
             self.etcd.start()
             await self._wait_etcd()
-        with_controllers = set(controllers)
+        with_controllers, lean_names = set(controllers), set(lean)
         new = [
             LocalCluster(
                 name=name,
@@ -378,6 +399,7 @@ class LocalControlPlane:
                 binaries=self.binaries,
                 etcd_url=self.etcd_url,
                 controllers=name in with_controllers,
+                lean=name in lean_names,
             )
             for name in names
         ]

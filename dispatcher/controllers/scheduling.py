@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,7 +57,7 @@ class SchedulingLoop:
         policy: PlacementPolicy,
         strategy: QueueingStrategy,
         on_decision: Callable[[Decision], None],
-        on_pass: Callable[[], None] = lambda: None,
+        on_pass: Callable[[float, int], None] = lambda seconds, decisions: None,
         preemption: PreemptionPolicy = PreemptionPolicy.NEVER,
         running: RunningJobs | None = None,
         wall: Callable[[], float] = lambda: 0.0,
@@ -129,6 +130,7 @@ class SchedulingLoop:
     def run_pass(self) -> None:
         if not self.pending:
             return
+        started = time.perf_counter()
         views = self._workers()
         quotas = {view.name: view.quota for view in views}
         decisions = schedule(self.pending.values(), views, policy=self._policy,
@@ -160,7 +162,7 @@ class SchedulingLoop:
                 if decision.reason == c.REASON_UNSCHEDULABLE:
                     log.info("job %s is unschedulable: %s", job.key, decision.message,
                              extra={"job": job.key})
-        self._on_pass()
+        self._on_pass(time.perf_counter() - started, len(decisions))
 
     def _nominate(self, decision: Decision) -> None:
         """Keep a `Preempting` decision's nomination (and hand its new victims to the

@@ -50,6 +50,15 @@ class Metrics:
             "dispatcher_scheduling_passes_total",
             "Scheduling passes over the pending jobs (none runs while no job is pending).",
             registry=r)
+        self.scheduling_pass_seconds = Histogram(
+            "dispatcher_scheduling_pass_seconds",
+            "Time of one scheduling pass over every pending job (the scheduler's decisions).",
+            buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r)
+        self.scheduling_decisions = Counter(
+            "dispatcher_scheduling_decisions_total",
+            "Decisions made by the scheduling passes: one per pending job a pass looked at.",
+            registry=r)
         self.reconciles = Counter("dispatcher_reconciles_total",
                                   "Reconciles of a TrainJob by result (done, requeue, error).",
                                   ["result"], registry=r)
@@ -112,6 +121,11 @@ class Metrics:
         self.queue_depth = Gauge("dispatcher_workqueue_depth",
                                  "Keys waiting in the reconcile queue.", registry=r)
         self.leader = Gauge("dispatcher_leader", "1 while this replica leads.", registry=r)
+
+    def scheduling_pass(self, seconds: float, decisions: int) -> None:
+        self.scheduling_passes.inc()
+        self.scheduling_pass_seconds.observe(seconds)
+        self.scheduling_decisions.inc(decisions)
 
     def observe_request(self, cluster: str, verb: str, code: int, seconds: float) -> None:
         self.api_requests.labels(cluster, verb, str(code)).inc()

@@ -35,6 +35,12 @@ are not chosen again by another job, and the job waits there until they are gone
 it is placed like any other.
 A nomination whose worker is no longer usable, or whose victims are all gone while the
 job still does not fit, is chosen again.
+
+A pass judges alike jobs once: jobs that ask the same of the workers (demand, selector,
+exclusions, runtimes, priority class: `_shape_key`) share who could hold them, and, while
+no room is given back during the pass, that none had room: a queue of 20,000 jobs of a
+few shapes costs the workers a few times, not 20,000 (`bench fleet` times it). A waiting
+job's message is then its shape's, with the numbers the first of them saw in the pass.
 """
 
 from __future__ import annotations
@@ -249,6 +255,47 @@ def _ineligible_message(job: PendingJob, matching: list[WorkerView]) -> str:
     return rejected
 
 
+@dataclass
+class _Shape:
+    """What one pass learned of the jobs that ask the same of the workers (`_shape_key`):
+    who could hold them, or why no one can (`verdict`, settled for the pass), and while
+    no room is given back, that none of the usable workers had room (`full_since`) or
+    victims to preempt (`no_victims`, by priority). So a pass costs the workers once per
+    shape of job, not once per job: a long queue of alike jobs is walked, not rescanned."""
+
+    usable: list[WorkerView]
+    verdict: tuple[str, str] | None = None
+    full_since: int | None = None
+    waiting: str = ""
+    no_victims: dict[int, int] = field(default_factory=dict)
+
+
+def _shape_key(job: PendingJob) -> tuple[object, ...]:
+    """What the scheduler asks of the workers for `job`: alike jobs have the same key."""
+    return (tuple(sorted(job.demand.items())),
+            tuple(sorted((w, tuple(sorted(d.items()))) for w, d in job.demand_on.items())),
+            job.selector, job.excluded, tuple(sorted(job.missing_on.items())),
+            job.priority_class)
+
+
+def _judge(job: PendingJob, views: list[WorkerView]) -> _Shape:
+    """The workers that could ever hold the job now, or why none can (`_Shape.verdict`)."""
+    matching = [w for w in views if job.selector(w.labels)]
+    eligible = [w for w in matching if w.name not in job.excluded
+                and w.name not in job.missing_on
+                and w.knows_priority_class(job.priority_class)]
+    if not eligible:
+        return _Shape([], (_ineligible_reason(job, matching),
+                           _ineligible_message(job, matching)))
+    holders = [w for w in eligible if resources.fits(job.demand_of(w.name), w.quota)]
+    if not holders:
+        return _Shape([], (c.REASON_UNSCHEDULABLE, _never_fits_message(job, eligible)))
+    usable = [w for w in holders if w.active and not w.cordoned]
+    if not usable:
+        return _Shape([], (c.REASON_NO_ACTIVE_WORKER, _no_active_worker_message(holders)))
+    return _Shape(usable)
+
+
 def _waiting_message(job: PendingJob, workers: list[WorkerView]) -> str:
     best: tuple[int, str, str] | None = None
     for worker in workers:
@@ -294,10 +341,17 @@ def schedule(
             read = running()
         return read
 
+    shapes: dict[tuple[object, ...], _Shape] = {}
+    room_given_back = 0
+    """Bumped whenever a pass gives room back (a nomination's hold released): until then
+    `used` only grows, so a shape of job that found no room finds none later either."""
+
     def hold(job: PendingJob, worker: str, sign: int) -> None:
+        nonlocal room_given_back
         view = by_name.get(worker)
         if view is not None:
             view.used = resources.add(view.used, resources.scale(job.demand_of(worker), sign))
+            room_given_back += sign < 0
 
     def wait(job: PendingJob, reason: str, message: str) -> None:
         nonlocal waiting
@@ -340,30 +394,33 @@ def schedule(
         if held is not None:  # its own hold is room for it, and its victims are free
             hold(job, held.worker, -1)
             spoken_for.difference_update((uid, held.worker) for uid in held.victims)
-        matching = [w for w in views if job.selector(w.labels)]
-        eligible = [w for w in matching if w.name not in job.excluded
-                    and w.name not in job.missing_on
-                    and w.knows_priority_class(job.priority_class)]
-        if not eligible:
-            wait(job, _ineligible_reason(job, matching), _ineligible_message(job, matching))
+        shape = shapes.get(key := _shape_key(job))
+        if shape is None:
+            shape = shapes[key] = _judge(job, views)
+        if shape.verdict is not None:
+            wait(job, *shape.verdict)
             continue
-        holders = [w for w in eligible if resources.fits(job.demand_of(w.name), w.quota)]
-        if not holders:
-            wait(job, c.REASON_UNSCHEDULABLE, _never_fits_message(job, eligible))
-            continue
-        usable = [w for w in holders if w.active and not w.cordoned]
-        if not usable:
-            wait(job, c.REASON_NO_ACTIVE_WORKER, _no_active_worker_message(holders))
-            continue
-        fitting = [w for w in usable if resources.fits(job.demand_of(w.name), w.free())]
-        if (not fitting and blocked_by is None and preemption is PreemptionPolicy.LOWER_PRIORITY
-                and (preempting := preempt(job, usable, held)) is not None):
-            waiting += 1
-            decisions.append(dataclasses.replace(preempting, position=waiting))
-            continue
+        usable = shape.usable
+        known_full = held is None and shape.full_since == room_given_back
+        fitting = [] if known_full else [
+            w for w in usable if resources.fits(job.demand_of(w.name), w.free())]
+        if not fitting and blocked_by is None and preemption is PreemptionPolicy.LOWER_PRIORITY:
+            preempting = (None if held is None and shape.no_victims.get(job.priority)
+                          == room_given_back else preempt(job, usable, held))
+            if preempting is not None:
+                waiting += 1
+                decisions.append(dataclasses.replace(preempting, position=waiting))
+                continue
+            if held is None:
+                shape.no_victims[job.priority] = room_given_back
         if blocked_by is not None or not fitting:
-            message = (f"waiting behind {blocked_by} (StrictFIFO)" if blocked_by and fitting
-                       else _waiting_message(job, usable))
+            if fitting:
+                message = f"waiting behind {blocked_by} (StrictFIFO)"
+            else:
+                if not known_full:
+                    shape.full_since = room_given_back
+                    shape.waiting = _waiting_message(job, usable)
+                message = shape.waiting
             wait(job, c.REASON_WAITING_FOR_QUOTA, message)
             if strategy == QueueingStrategy.STRICT_FIFO and blocked_by is None:
                 blocked_by = job.key

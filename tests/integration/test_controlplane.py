@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from typing import Any
 
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -20,7 +21,8 @@ pytestmark = pytest.mark.integration
 
 
 async def test_three_clusters_serve_trainjobs_and_their_status(
-    control_plane: LocalControlPlane, admin_clients: dict[str, ClusterClient], namespace: str
+    control_plane: LocalControlPlane, admin_clients: dict[str, ClusterClient], namespace: str,
+    runtime_installed: dict[str, Any],
 ) -> None:
     assert {"manager", "worker-a", "worker-b"} <= set(control_plane.clusters)
     for name, client in admin_clients.items():
@@ -45,7 +47,8 @@ async def test_three_clusters_serve_trainjobs_and_their_status(
 
 
 async def test_clusters_do_not_share_objects(
-    admin_clients: dict[str, ClusterClient], namespace: str
+    admin_clients: dict[str, ClusterClient], namespace: str,
+    runtime_installed: dict[str, Any],
 ) -> None:
     await Resource(admin_clients["worker-a"], TRAINJOBS).create(
         trainjob("only-on-a", namespace), namespace=namespace
@@ -55,7 +58,8 @@ async def test_clusters_do_not_share_objects(
 
 
 async def test_crd_rejects_unknown_managed_by(
-    admin_clients: dict[str, ClusterClient], namespace: str
+    admin_clients: dict[str, ClusterClient], namespace: str,
+    runtime_installed: dict[str, Any],
 ) -> None:
     jobs = Resource(admin_clients["manager"], TRAINJOBS)
     with pytest.raises(ApiException) as raised:
@@ -66,7 +70,8 @@ async def test_crd_rejects_unknown_managed_by(
 
 
 async def test_crd_rejects_changing_managed_by(
-    admin_clients: dict[str, ClusterClient], namespace: str
+    admin_clients: dict[str, ClusterClient], namespace: str,
+    runtime_installed: dict[str, Any],
 ) -> None:
     jobs = Resource(admin_clients["manager"], TRAINJOBS)
     await jobs.create(trainjob("claimed", namespace, managed_by=MANAGED_BY_MULTIKUEUE),
@@ -81,13 +86,16 @@ async def test_crd_rejects_changing_managed_by(
 
 
 async def test_crd_rejects_bad_names_and_empty_status(
-    admin_clients: dict[str, ClusterClient], namespace: str
+    admin_clients: dict[str, ClusterClient], namespace: str,
+    runtime_installed: dict[str, Any],
 ) -> None:
     jobs = Resource(admin_clients["manager"], TRAINJOBS)
     with pytest.raises(ApiException) as raised:
         await jobs.create(trainjob("1-starts-with-digit", namespace), namespace=namespace)
     assert "RFC 1035" in message_of(raised.value)
-    await jobs.create(trainjob("no-status", namespace), namespace=namespace)
+    # managedBy: no trainer writes this job's status, so it stays absent until patched
+    await jobs.create(trainjob("no-status", namespace, managed_by=MANAGED_BY_MULTIKUEUE),
+                      namespace=namespace)
     with pytest.raises(ApiException) as raised:
         await jobs.merge_patch("no-status", {"status": {}}, namespace=namespace,
                                subresource="status")
@@ -118,7 +126,8 @@ async def test_paused_cluster_times_out_and_answers_after_resume(
 
 
 async def test_restarted_cluster_keeps_its_objects(
-    worker_a: LocalCluster, admin_clients: dict[str, ClusterClient], namespace: str
+    worker_a: LocalCluster, admin_clients: dict[str, ClusterClient], namespace: str,
+    runtime_installed: dict[str, Any],
 ) -> None:
     jobs = Resource(admin_clients["worker-a"], TRAINJOBS)
     created = await jobs.create(trainjob("survivor", namespace), namespace=namespace)

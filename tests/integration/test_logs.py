@@ -284,3 +284,38 @@ async def test_a_user_gets_the_logs_of_their_namespace_only(
     code, _, error = await cli(capsys, dispatcher, token, f"{namespace}/missing")
     assert code == 2 and f"no TrainJob {namespace}/missing" in error and "404" in error
 
+
+
+async def test_deleting_a_finished_job_deletes_its_kept_mirror_at_once(
+    plane: Plane, dispatchers: DispatcherRunner, namespace: str,
+) -> None:
+    """Kept for ten minutes, the finished mirror goes as soon as its job is deleted, and
+    the job with it (the finalizer held it till then); nothing runs it again."""
+    manager, worker = plane.clients["manager"], plane.clients[WORKER]
+    await start(dispatchers, plane, retain=600)
+    jobs, mirrors = Resource(manager, TRAINJOBS), Resource(worker, TRAINJOBS)
+    await jobs.create(trainjob("done", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                               runtime=RUNTIME, num_nodes=1,
+                               resources_per_node={"requests": {"cpu": "1"}}),
+                      namespace=namespace)
+    await eventually(lambda: running_pods(worker, namespace, "done", 1), timeout=60)
+    mirror = await mirrors.get("done", namespace=namespace)
+    assert mirror is not None
+    await eventually(lambda: end_pods(worker, namespace, "done"), timeout=10)
+
+    async def finished_and_kept() -> bool:
+        job = await jobs.get("done", namespace=namespace)
+        dispatched = next((cond for cond in (job or {}).get("status", {}).get(
+            "conditions", []) if cond["type"] == c.CONDITION_DISPATCHED), {})
+        return dispatched.get("reason") == c.REASON_FINISHED and "kept for 600s" in (
+            dispatched.get("message", ""))
+
+    await eventually(finished_and_kept, timeout=30)
+    await asyncio.sleep(2)  # a reconcile or two later: still kept
+    kept = await mirrors.get("done", namespace=namespace)
+    assert kept is not None and kept["metadata"]["uid"] == mirror["metadata"]["uid"]
+    await jobs.delete("done", namespace=namespace)
+    await eventually(lambda: _gone(mirrors, "done", namespace), timeout=15)
+    await eventually(lambda: _gone(jobs, "done", namespace), timeout=15)
+    await asyncio.sleep(2)
+    assert await mirrors.get("done", namespace=namespace) is None

@@ -478,7 +478,9 @@ async def test_a_job_whose_pod_fits_no_node_is_placed_but_never_called_running(
         job = await eventually(seen_waiting, timeout=45)
         dispatched = condition(job, c.CONDITION_DISPATCHED)
         assert (dispatched["reason"], dispatched["message"]) == (
-            c.REASON_PLACED, f"on worker {worker}, waiting for its pods to run there")
+            c.REASON_PLACED, f"on worker {worker}, waiting for its pods to run there (pods "
+                             f"jobset.sigs.k8s.io/jobset-name=wide; logs: dispatcher logs "
+                             f"{namespace}/wide)")
         state = job_state(job, claim=Claim(ClaimConfig()), kind=TrainJobKind(),
                           placed_on=dispatcher.placements().get(job["metadata"]["uid"], ""))
         assert (state.state, state.worker) == (STATE_PLACED, worker)
