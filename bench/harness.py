@@ -259,7 +259,9 @@ async def wait_ready(port: int, process: subprocess.Popen[bytes], *,
 class RunningDispatcher:
     process: subprocess.Popen[bytes]
     port: int
-    """Where its /metrics, /readyz and status page are served, on 127.0.0.1."""
+    """Where its /metrics and /readyz are served, on 127.0.0.1."""
+    status_port: int
+    """Where its status page is served, on 127.0.0.1."""
 
 
 def _dispatcher_argv(config_path: Path) -> list[str]:
@@ -287,12 +289,13 @@ async def running_dispatcher(plane: LocalControlPlane, workers: list[str], *,
     """`dispatcher run` claiming NAMESPACE, the workers static with WORKER_QUOTA (and
     `overrides` laid over that configuration); its log goes to
     bench/results/bench-dispatcher.log. Ready when the block starts."""
-    port = free_port()
+    port, status_port = free_port(), free_port()
     config = {
         "managerKubeconfig": str(plane.clusters["manager"].kubeconfig_path),
         "claim": {"namespaces": [NAMESPACE]},
         "mirror": {"origin": "bench", "retainFinishedSeconds": 0},  # as MultiKueue: none kept
-        "server": {"host": "127.0.0.1", "port": port, "statusPort": 0, "logsPort": 0},
+        "server": {"host": "127.0.0.1", "port": port, "statusPort": status_port,
+                   "logsPort": 0},
         "client": DISPATCHER_CLIENT,
         "workers": {"fromCRD": False, "probeIntervalSeconds": 2, "static": [
             {"name": w, "kubeconfig": str(plane.clusters[w].kubeconfig_path),
@@ -306,7 +309,7 @@ async def running_dispatcher(plane: LocalControlPlane, workers: list[str], *,
         _dispatcher_argv(config_path), stdout=log, stderr=log)
     try:
         await wait_ready(port, process)
-        yield RunningDispatcher(process=process, port=port)
+        yield RunningDispatcher(process=process, port=port, status_port=status_port)
     finally:
         process.send_signal(signal.SIGINT)  # py-spy writes its profile on SIGINT
         process.wait(timeout=30)
