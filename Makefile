@@ -83,7 +83,13 @@ bench-quick: setup controlplane
 soak: setup controlplane
 	$(PY) -m bench soak --minutes 20 --rate 1
 
-.PHONY: bench-chain-cost bench-peer-real-chain
+.PHONY: bench-chain-cost bench-peer-real-chain bench-fleet
+
+# One dispatcher, a manager and 10, 25 then 50 lean workers (no Trainer chain): idle
+# cost, a 5,000-job burst, 20,000 queued jobs, a lost worker; bench/results/fleet.*.
+bench-fleet: setup controlplane
+	$(VENV)/bin/pip install --quiet -e '.[bench]'
+	$(PY) -m bench fleet --workers 10,25,50
 
 # What the real Trainer chain costs a cluster (RSS, CPU at idle and per job): a manager
 # and one worker, 50 jobs; bench/results/chain-cost.{json,md}. About two minutes.

@@ -4,6 +4,7 @@
     python -m bench peer --quick          # the dispatcher beside Kueue's MultiKueue
     python -m bench soak --minutes 20     # faults for a long time, then the invariants
     python -m bench chain-cost            # the real Trainer chain's memory and CPU
+    python -m bench fleet                 # one dispatcher and 10, 25, 50 lean workers
 
 `python -m bench <verb> --help` lists each one's options.
 """
@@ -14,11 +15,12 @@ import argparse
 
 from bench import chain_cost
 from bench.dispatch import cli as dispatch_cli
+from bench.fleet import cli as fleet_cli
 from bench.peer import cli as peer_cli
 from bench.soak import cli as soak_cli
 
 VERBS = {"dispatch": dispatch_cli, "peer": peer_cli, "soak": soak_cli,
-         "chain-cost": chain_cost}
+         "chain-cost": chain_cost, "fleet": fleet_cli}
 
 
 def main() -> None:

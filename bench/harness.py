@@ -238,7 +238,7 @@ async def scrape(port: int) -> Scrape:
 
 
 async def wait_ready(port: int, process: subprocess.Popen[bytes], *,
-                     timeout: float = 60.0) -> None:
+                     timeout: float = 180.0) -> None:
     """Until the dispatcher on `port` answers /readyz, or fail when its process exits."""
     deadline = time.monotonic() + timeout
     async with aiohttp.ClientSession() as session:
@@ -259,7 +259,9 @@ async def wait_ready(port: int, process: subprocess.Popen[bytes], *,
 class RunningDispatcher:
     process: subprocess.Popen[bytes]
     port: int
-    """Where its /metrics, /readyz and status page are served, on 127.0.0.1."""
+    """Where its /metrics and /readyz are served, on 127.0.0.1."""
+    status_port: int
+    """Where its status page is served, on 127.0.0.1."""
 
 
 def _dispatcher_argv(config_path: Path) -> list[str]:
@@ -271,31 +273,43 @@ def _dispatcher_argv(config_path: Path) -> list[str]:
     return argv
 
 
+def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `extra` laid over it, nested dictionaries merged key by key."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = (merged(out[key], value) if isinstance(value, dict)
+                    and isinstance(out.get(key), dict) else value)
+    return out
+
+
 @asynccontextmanager
-async def running_dispatcher(plane: LocalControlPlane,
-                             workers: list[str]) -> AsyncIterator[RunningDispatcher]:
-    """`dispatcher run` claiming NAMESPACE, the workers static with WORKER_QUOTA; its
-    log goes to bench/results/bench-dispatcher.log. Ready when the block starts."""
-    port = free_port()
+async def running_dispatcher(plane: LocalControlPlane, workers: list[str], *,
+                             overrides: dict[str, Any] | None = None
+                             ) -> AsyncIterator[RunningDispatcher]:
+    """`dispatcher run` claiming NAMESPACE, the workers static with WORKER_QUOTA (and
+    `overrides` laid over that configuration); its log goes to
+    bench/results/bench-dispatcher.log. Ready when the block starts."""
+    port, status_port = free_port(), free_port()
     config = {
         "managerKubeconfig": str(plane.clusters["manager"].kubeconfig_path),
         "claim": {"namespaces": [NAMESPACE]},
         "mirror": {"origin": "bench", "retainFinishedSeconds": 0},  # as MultiKueue: none kept
-        "server": {"host": "127.0.0.1", "port": port, "statusPort": 0, "logsPort": 0},
+        "server": {"host": "127.0.0.1", "port": port, "statusPort": status_port,
+                   "logsPort": 0},
         "client": DISPATCHER_CLIENT,
         "workers": {"fromCRD": False, "probeIntervalSeconds": 2, "static": [
             {"name": w, "kubeconfig": str(plane.clusters[w].kubeconfig_path),
              "quota": WORKER_QUOTA} for w in workers]},
     }
     config_path = plane.directory / "bench-dispatcher.yaml"
-    config_path.write_text(yaml.safe_dump(config))
+    config_path.write_text(yaml.safe_dump(merged(config, overrides or {})))
     RESULTS.mkdir(parents=True, exist_ok=True)
     log = (RESULTS / "bench-dispatcher.log").open("wb")
     process = subprocess.Popen(  # noqa: ASYNC220 - started once, then only signalled
         _dispatcher_argv(config_path), stdout=log, stderr=log)
     try:
         await wait_ready(port, process)
-        yield RunningDispatcher(process=process, port=port)
+        yield RunningDispatcher(process=process, port=port, status_port=status_port)
     finally:
         process.send_signal(signal.SIGINT)  # py-spy writes its profile on SIGINT
         process.wait(timeout=30)

@@ -190,11 +190,11 @@ async def status_page(dispatcher: RunningDispatcher, *,
         for _ in range(requests // 2):
             await asyncio.sleep(CACHE_SECONDS + 0.1)  # the view made before has expired
             for latencies in (fresh, reused):
-                seconds, body = await _get(session, _api_url(dispatcher.port))
+                seconds, body = await _get(session, _api_url(dispatcher.status_port))
                 latencies.append(seconds)
                 api_bytes = max(api_bytes, len(body))
         for _ in range(requests):
-            seconds, page = await _get(session, f"http://127.0.0.1:{dispatcher.port}/")
+            seconds, page = await _get(session, f"http://127.0.0.1:{dispatcher.status_port}/")
             html.append(seconds)
             html_bytes = max(html_bytes, len(page))
     view = json.loads(body)
@@ -218,7 +218,7 @@ async def queue_waiting_jobs(dispatcher: RunningDispatcher, manager: ClusterClie
     deadline = time.monotonic() + max(60.0, count / 20)
     async with aiohttp.ClientSession() as session:
         while time.monotonic() < deadline:
-            _, body = await _get(session, _api_url(dispatcher.port))
+            _, body = await _get(session, _api_url(dispatcher.status_port))
             if json.loads(body)["by_reason"].get(c.REASON_WAITING_FOR_QUOTA, 0) >= count:
                 return True
             await asyncio.sleep(CACHE_SECONDS)

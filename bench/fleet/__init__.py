@@ -1,0 +1,1 @@
+"""`python -m bench fleet`: one dispatcher and many lean workers (see bench/fleet/run.py)."""
