@@ -59,8 +59,9 @@ LOST_TIMEOUT_SECONDS = 10.0
 PROBE_SECONDS = 10.0
 """`workers.probeIntervalSeconds`: the dispatcher's default."""
 DECISION_PROBES = 5
-START_AT_ONCE = 10
+START_AT_ONCE = 5
 """Worker API servers started together: 50 at once did not all get ready in 60 s here."""
+READY_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,8 @@ async def _one_size(count: int, plan: Plan, *, lose_one: bool) -> dict[str, Any]
         await plane.start(["manager"])
         for first in range(0, len(names), START_AT_ONCE):  # 50 at once outrun 2 cores
             group = names[first:first + START_AT_ONCE]
-            await plane.start(group, lean=group, crd_files=sorted(CRD_DIR.glob("*.yaml")))
+            await plane.start(group, lean=group, crd_files=sorted(CRD_DIR.glob("*.yaml")),
+                              ready_timeout=READY_SECONDS)
         startup = time.monotonic() - started
         machine = _machine(plane, names)
         clients = await connect(plane, concurrency=plan.concurrency)

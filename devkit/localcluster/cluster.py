@@ -382,6 +382,7 @@ class LocalControlPlane:
         controllers: Iterable[str] = (),
         crd_files: Iterable[Path] | None = None,
         lean: Iterable[str] = (),
+        ready_timeout: float = 60.0,
     ) -> dict[str, LocalCluster]:
         """Start etcd (once) and one API server per name, ready and with CRDs installed.
 
@@ -406,7 +407,7 @@ class LocalControlPlane:
         for cluster in new:
             self.clusters[cluster.name] = cluster
             cluster.start_processes()
-        await asyncio.gather(*(cluster.wait_ready() for cluster in new))
+        await asyncio.gather(*(cluster.wait_ready(timeout=ready_timeout) for cluster in new))
         files = list(crd_files) if crd_files is not None else default_crd_files()
         await asyncio.gather(*(install_crds(cluster, files) for cluster in new))
         await asyncio.gather(*(create_namespace(cluster, DISPATCHER_NAMESPACE)
