@@ -41,6 +41,7 @@ from tests.integration.conftest import (
     eventually,
     shut_down,
 )
+from tests.integration.rbac import namespace_editor
 
 pytestmark = pytest.mark.integration
 WORKER = "worker-a"
@@ -319,3 +320,44 @@ async def test_deleting_a_finished_job_deletes_its_kept_mirror_at_once(
     await eventually(lambda: _gone(jobs, "done", namespace), timeout=15)
     await asyncio.sleep(2)
     assert await mirrors.get("done", namespace=namespace) is None
+
+
+async def test_a_namespace_editor_cannot_make_a_kept_mirror_go_early_or_run_again(
+    plane: Plane, dispatchers: DispatcherRunner, namespace: str,
+) -> None:
+    """The kept mirror is found by the job's `cluster` annotation, which the job's editor
+    may write: a real RBAC-limited editor removes it. The dispatcher then only lets go of
+    its finalizer; the mirror stays, proved by the worker's labels, until its time, and
+    the finished job is never placed again."""
+    manager, worker = plane.clients["manager"], plane.clients[WORKER]
+    await start(dispatchers, plane, retain=12)
+    jobs, mirrors = Resource(manager, TRAINJOBS), Resource(worker, TRAINJOBS)
+    await jobs.create(trainjob("edited", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                               runtime=RUNTIME, num_nodes=1,
+                               resources_per_node={"requests": {"cpu": "1"}}),
+                      namespace=namespace)
+    await eventually(lambda: running_pods(worker, namespace, "edited", 1), timeout=60)
+    mirror = await mirrors.get("edited", namespace=namespace)
+    assert mirror is not None
+    await eventually(lambda: end_pods(worker, namespace, "edited"), timeout=10)
+
+    async def kept() -> bool:
+        job = await jobs.get("edited", namespace=namespace)
+        return "kept for 12s" in str((job or {}).get("status", {}).get("conditions"))
+
+    await eventually(kept, timeout=30)
+    async with namespace_editor(plane.plane, manager, namespace) as editor:
+        await Resource(editor, TRAINJOBS).merge_patch(
+            "edited", {"metadata": {"annotations": {c.ANNOTATION_CLUSTER: None}}},
+            namespace=namespace)
+
+    async def finalizer_dropped() -> bool:
+        job = await jobs.get("edited", namespace=namespace)
+        return job is not None and c.FINALIZER not in (job["metadata"].get("finalizers") or [])
+
+    await eventually(finalizer_dropped, timeout=15)
+    still = await mirrors.get("edited", namespace=namespace)
+    assert still is not None and still["metadata"]["uid"] == mirror["metadata"]["uid"]
+    await eventually(lambda: _gone(mirrors, "edited", namespace), timeout=40, interval=0.5)
+    await asyncio.sleep(2)
+    assert await mirrors.get("edited", namespace=namespace) is None  # never placed again
