@@ -44,10 +44,10 @@ from bench.harness import (
 )
 from devkit.localcluster import LocalCluster, LocalControlPlane
 from devkit.localcluster.processes import ManagedProcess
-from devkit.localcluster.trainer import PODS, NodePool, chain_crd_files, kwok_timed
+from devkit.localcluster.trainer import NodePool, chain_crd_files, kwok_timed
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINJOBS
 from dispatcher.kube.client import ClusterClient
-from dispatcher.kube.resource import NAMESPACES, Resource
+from dispatcher.kube.resource import NAMESPACES, PODS, Resource
 
 SUMMARY = "what the real Trainer chain costs per cluster: memory, CPU at idle and per job"
 CLUSTERS = ("manager", "worker")

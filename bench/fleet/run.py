@@ -150,8 +150,8 @@ async def _measure(plane: LocalControlPlane, dispatcher: RunningDispatcher,
     finally:
         for watcher in (*watchers.values(), manager_watch):
             await watcher.stop()
-    manager_writes = (after.get("dispatcher_api_requests_total", 0.0)
-                      - before.get("dispatcher_api_requests_total", 0.0))
+    requests = (after.get("dispatcher_api_requests_total", 0.0)
+                - before.get("dispatcher_api_requests_total", 0.0))
     return {
         "all_workers_active": active, "idle": idle,
         "burst": {"jobs": len(main.dispatch),
@@ -160,7 +160,7 @@ async def _measure(plane: LocalControlPlane, dispatcher: RunningDispatcher,
                   "dispatch_latency": percentiles(main.dispatch),
                   "status_sync_during_burst": percentiles(status),
                   "status_changes": len(status),
-                  "api_requests_per_job": round(manager_writes / max(len(main.dispatch), 1), 2),
+                  "api_requests_per_job": round(requests / max(len(main.dispatch), 1), 2),
                   "cpu_seconds": main.cpu},
         "worker_lost": lost,
         "queued": {"jobs": plan.queued, "all_waiting": queued,

@@ -35,7 +35,7 @@ from devkit.localcluster.pod_logs import default_logs_config
 from devkit.localcluster.processes import ManagedProcess, wait_healthy
 from devkit.localcluster.webhooks import pointed_at
 from dispatcher.kube.client import ClusterClient
-from dispatcher.kube.resource import Resource, ResourceKind, status_of
+from dispatcher.kube.resource import PODS, Resource, ResourceKind, status_of
 
 if TYPE_CHECKING:
     from devkit.localcluster.access import ServedCluster
@@ -50,7 +50,6 @@ KWOK_PATCH_MANAGER = "devkit.trainjob-dispatcher.io/kwok"
 RUNS_UNTIL_ENDED = "720h"
 """How long a pod runs under kwok when nothing says otherwise: until a test ends it."""
 NODES = ResourceKind("", "v1", "nodes", namespaced=False)
-PODS = ResourceKind("", "v1", "pods", namespaced=True)
 JOBSETS = ResourceKind("jobset.x-k8s.io", "v1alpha2", "jobsets", namespaced=True)
 CLUSTER_RUNTIMES = ResourceKind("trainer.kubeflow.org", "v1alpha1",
                                 "clustertrainingruntimes", namespaced=False)

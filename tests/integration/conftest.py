@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from dispatcher.app import Dispatcher
 from dispatcher.config import DispatcherConfig
 from dispatcher.kube.client import ClientSettings, ClusterClient
 from dispatcher.kube.informer import Informer
-from dispatcher.kube.resource import Resource, ResourceKind
+from dispatcher.kube.resource import NAMESPACES, Resource, ResourceKind
 
 SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
 DEFAULT_QUOTA = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "16"}
@@ -355,6 +356,15 @@ async def install_timed_runtime(clients: dict[str, ClusterClient], run_seconds: 
         (SAMPLES / "clustertrainingruntime-torch.yaml").read_text()), run_seconds=run_seconds)
     for client in clients.values():
         await Resource(client, CLUSTER_TRAINING_RUNTIMES).apply(runtime, field_manager="tests")
+
+
+async def fresh_namespace(clients: dict[str, ClusterClient], prefix: str) -> str:
+    """A new namespace of a random name starting with `prefix`, on every cluster."""
+    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    for client in clients.values():
+        await Resource(client, NAMESPACES).create(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    return name
 
 
 async def shut_down(plane: LocalControlPlane, clients: dict[str, ClusterClient]) -> None:

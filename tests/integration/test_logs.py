@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from tests.integration.conftest import (
     DispatcherRunner,
     connect_all,
     eventually,
+    fresh_namespace,
     shut_down,
 )
 from tests.integration.rbac import namespace_editor
@@ -82,11 +82,7 @@ async def plane() -> AsyncIterator[Plane]:
 
 @pytest_asyncio.fixture
 async def namespace(plane: Plane) -> str:
-    name = f"l-{uuid.uuid4().hex[:10]}"
-    for client in plane.clients.values():
-        await Resource(client, NAMESPACES).create(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    return name
+    return await fresh_namespace(plane.clients, "l")
 
 
 @pytest_asyncio.fixture

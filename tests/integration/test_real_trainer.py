@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import uuid
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
@@ -44,7 +43,7 @@ from dispatcher.config import ClaimConfig
 from dispatcher.controllers.jobs.controller import JobsController
 from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.client import ClusterClient
-from dispatcher.kube.resource import NAMESPACES, Resource, ResourceKind
+from dispatcher.kube.resource import Resource, ResourceKind
 from dispatcher.observability.jobstate import STATE_PLACED, job_state
 from tests.conftest import KUEUE_SERVED
 from tests.integration.conftest import (
@@ -52,6 +51,7 @@ from tests.integration.conftest import (
     DispatcherRunner,
     connect_all,
     eventually,
+    fresh_namespace,
     shut_down,
 )
 from tests.integration.test_forgery import events_of
@@ -132,11 +132,7 @@ async def chain() -> AsyncIterator[Chain]:
 
 @pytest_asyncio.fixture
 async def chain_namespace(chain: Chain) -> str:
-    name = f"r-{uuid.uuid4().hex[:10]}"
-    for client in chain.clients.values():
-        await Resource(client, NAMESPACES).create(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    return name
+    return await fresh_namespace(chain.clients, "r")
 
 
 @pytest_asyncio.fixture
