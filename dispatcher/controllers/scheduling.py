@@ -106,8 +106,8 @@ class SchedulingLoop:
         return None
 
     def victims_on(self, worker: str) -> frozenset[str]:
-        """The UIDs of the jobs nominated as victims on `worker`."""
-        return frozenset().union(*(n.victims for n in self.nominations.values()
+        """The UIDs of the jobs nominated as victims (or awaited) on `worker`."""
+        return frozenset().union(*(n.held for n in self.nominations.values()
                                    if n.worker == worker))
 
     def reservation(self, uid: str) -> str | None:
@@ -174,7 +174,8 @@ class SchedulingLoop:
         before = previous.victims if previous is not None and (
             previous.worker == decision.preempting_on) else frozenset()
         self.nominations[decision.uid] = Nomination(
-            decision.preempting_on, frozenset(v.uid for v in decision.victims))
+            decision.preempting_on, frozenset(v.uid for v in decision.victims),
+            frozenset(v.uid for v in decision.awaiting))
         for victim in decision.victims:
             if victim.uid not in before:
                 log.info("job %s preempts %s on worker %s", decision.key, victim.key,

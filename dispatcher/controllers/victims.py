@@ -5,7 +5,9 @@ job the ledger counts there (booked, or with a live mirror) whose Placement reco
 it there, or that is already the victim of a nomination there (taken off, its mirror
 still going), with the priority its record was placed with and the time its mirror was
 made (the run a preemption would lose). A mirror with no record placing it there
-(an orphan, the garbage collector's) is no one's to preempt.
+(an orphan, the garbage collector's) is no one's to preempt. A mirror being deleted
+(`deletionTimestamp`: a victim taken off before a restart, an eviction) is *leaving*: its
+room comes back without stopping anyone, whoever's record it is.
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ def running_jobs(workers: Iterable[WorkerConnection], *, ledger: Ledger,
         for holding in ledger.holdings(worker.name):
             record = records.of_uid(holding.uid)
             placed_here = record is not None and record.worker == worker.name
-            if not placed_here and holding.uid not in nominated:
-                continue
             mirror = worker.mirrors.get(holding.key) if worker.mirrors is not None else None
+            leaving = bool((mirror or {}).get("metadata", {}).get("deletionTimestamp"))
+            if not placed_here and holding.uid not in nominated and not leaving:
+                continue
             jobs.append(Running(uid=holding.uid, key=holding.key, worker=worker.name,
                                 demand=holding.demand,
                                 priority=record.priority if record is not None else 0,
-                                started=_created(mirror, now)))
+                                started=_created(mirror, now), leaving=leaving))
     return found

@@ -142,6 +142,8 @@ class Decision:
     """`Preempting`: the worker the job is nominated on."""
     victims: tuple[Running, ...] = ()
     """`Preempting`: the jobs there that must end to make room for it."""
+    awaiting: tuple[Running, ...] = ()
+    """`Preempting`: lower-priority jobs already leaving there, whose room it counts on."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,12 @@ class Nomination:
     worker: str
     victims: frozenset[str]
     """The victims' UIDs."""
+    awaiting: frozenset[str] = frozenset()
+    """The UIDs of the leaving jobs whose room it counts on."""
+
+    @property
+    def held(self) -> frozenset[str]:
+        return self.victims | self.awaiting
 
 
 RunningJobs = Callable[[], Mapping[str, Sequence[Running]]]
@@ -162,7 +170,12 @@ def _no_running() -> Mapping[str, Sequence[Running]]:
     return {}
 
 
-def _preempting_message(worker: str, victims: Sequence[Running]) -> str:
+def _preempting_message(worker: str, victims: Sequence[Running],
+                        awaiting: Sequence[Running] = ()) -> str:
+    if not victims:
+        named = _named([v.key for v in awaiting])
+        return (f"waiting on worker {worker} for the room of lower-priority jobs leaving "
+                f"it: {named}")
     named = _named([f"{v.key} (priority {v.priority})" for v in victims])
     jobs = "job" if len(victims) == 1 else "jobs"
     return (f"preempting {len(victims)} lower-priority {jobs} on worker {worker} to make "
@@ -329,7 +342,7 @@ def schedule(
     queue = sorted(pending, key=PendingJob.order)
     nominated = {job.uid: nomination for job in queue
                  if (nomination := (nominations or {}).get(job.uid)) is not None}
-    spoken_for = {(uid, n.worker) for n in nominated.values() for uid in n.victims}
+    spoken_for = {(uid, n.worker) for n in nominated.values() for uid in n.held}
     decisions: list[Decision] = []
     blocked_by: str | None = None
     waiting = 0
@@ -366,10 +379,12 @@ def schedule(
         remaining: tuple[Running, ...] = ()
         if held is not None and any(w.name == held.worker for w in usable):
             remaining = tuple(v for v in running_now().get(held.worker, ())
-                              if v.uid in held.victims)
+                              if v.uid in held.held)
         if remaining:
             assert held is not None
-            choice = Preemption(held.worker, remaining)
+            choice = Preemption(held.worker,
+                                tuple(v for v in remaining if v.uid in held.victims),
+                                tuple(v for v in remaining if v.uid in held.awaiting))
         else:
             candidates = {name: [v for v in jobs if (v.uid, name) not in spoken_for]
                           for name, jobs in running_now().items()}
@@ -380,11 +395,12 @@ def schedule(
             if found is None:
                 return None
             choice = found
-        spoken_for.update((v.uid, choice.worker) for v in choice.victims)
+        spoken_for.update((v.uid, choice.worker) for v in (*choice.victims, *choice.awaiting))
         hold(job, choice.worker, +1)
         return Decision(job.key, job.uid, None, c.REASON_PREEMPTING,
-                        _preempting_message(choice.worker, choice.victims),
-                        preempting_on=choice.worker, victims=choice.victims)
+                        _preempting_message(choice.worker, choice.victims, choice.awaiting),
+                        preempting_on=choice.worker, victims=choice.victims,
+                        awaiting=choice.awaiting)
 
     for job in queue:
         if job.uid in nominated:  # the room held for it: no other job takes it
@@ -393,7 +409,7 @@ def schedule(
         held = nominated.pop(job.uid, None)
         if held is not None:  # its own hold is room for it, and its victims are free
             hold(job, held.worker, -1)
-            spoken_for.difference_update((uid, held.worker) for uid in held.victims)
+            spoken_for.difference_update((uid, held.worker) for uid in held.held)
         shape = shapes.get(key := _shape_key(job))
         if shape is None:
             shape = shapes[key] = _judge(job, views)

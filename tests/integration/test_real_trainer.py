@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
@@ -630,6 +631,85 @@ def slow_runtime(name: str, seconds: int) -> dict[str, Any]:
     return body
 
 
+class Preemptions:
+    """The preemption tests' setting on the chain: a low and a high WorkloadPriorityClass,
+    the dispatcher's configuration, jobs pinned to a worker's pool, and a census of both
+    workers (every 50 ms) that notes any job with two live mirrors."""
+
+    def __init__(self, chain: Chain, namespace: str) -> None:
+        self.chain, self.namespace = chain, namespace
+        self.low, self.high = f"low-{namespace}", f"high-{namespace}"
+        self.jobs = Resource(chain.clients["manager"], TRAINJOBS)
+        self.mirrors = {w: Resource(chain.clients[w], TRAINJOBS) for w in WORKERS}
+        self.twice: list[str] = []
+        self.mirror_uids: dict[str, set[tuple[str, str]]] = {}
+        """Job name -> every (worker, mirror UID) the census saw."""
+
+    async def __aenter__(self) -> Preemptions:
+        classes = Resource(self.chain.clients["manager"], WORKLOAD_PRIORITY_CLASSES)
+        for name, value in ((self.low, 10), (self.high, 1000)):
+            await classes.create({"apiVersion": WORKLOAD_PRIORITY_CLASSES.api_version,
+                                  "kind": "WorkloadPriorityClass",
+                                  "metadata": {"name": name}, "value": value})
+        self._census = asyncio.create_task(self._count())
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self._census.cancel()
+        for job in (await self.jobs.list(namespace=self.namespace))["items"]:
+            await self.jobs.delete(job["metadata"]["name"], namespace=self.namespace)
+
+    def config(self, policy: str = "LowerPriority") -> dict[str, Any]:
+        return {"mirror": {"origin": self.namespace},
+                "placement": {"preemption": {"policy": policy}},
+                "workers": {"static": [
+                    {"name": w, "kubeconfig": str(self.chain.plane.clusters[w].kubeconfig_path),
+                     "quota": NODES.total(), "labels": {"pool": w}} for w in WORKERS]}}
+
+    async def create(self, name: str, *, pool: str | None, cpu: str, nodes: int,
+                     priority: str, runtime_name: str) -> None:
+        await created_once_the_webhook_knows_the_runtime(self.jobs, trainjob(
+            name, self.namespace, managed_by=MANAGED_BY_MULTIKUEUE, runtime=runtime_name,
+            num_nodes=nodes, resources_per_node={"requests": {"cpu": cpu, "memory": "1Gi"}},
+            labels={c.LABEL_PRIORITY_CLASS: priority},
+            annotations={c.ANNOTATION_CLUSTER_SELECTOR: f"pool={pool}"} if pool else None))
+
+    async def running_on(self, worker: str, names: list[str]) -> bool:
+        listed = (await self.mirrors[worker].list(namespace=self.namespace))["items"]
+        return {m["metadata"]["name"] for m in listed} >= set(names)
+
+    async def pods_of(self, worker: str, name: str) -> list[dict[str, Any]]:
+        pods = await Resource(self.chain.clients[worker], PODS).list(namespace=self.namespace)
+        return [p for p in pods["items"] if (p["metadata"].get("labels") or {}).get(
+            "jobset.sigs.k8s.io/jobset-name") == name]
+
+    async def runs(self, worker: str, name: str, pods: int) -> bool:
+        found = await self.pods_of(worker, name)
+        return len(found) == pods and all(p["status"].get("phase") == "Running"
+                                          for p in found)
+
+    async def reason(self, name: str) -> str:
+        job = await self.jobs.get(name, namespace=self.namespace)
+        return str(condition(job, c.CONDITION_DISPATCHED).get("reason", ""))
+
+    async def preempted(self, name: str) -> list[dict[str, Any]]:
+        return await events_of(self.chain.clients["manager"], self.namespace, name,
+                               c.REASON_PREEMPTED)
+
+    async def _count(self) -> None:
+        while True:
+            seen: dict[str, list[str]] = {}
+            for worker, resource in self.mirrors.items():
+                for mirror in (await resource.list(namespace=self.namespace))["items"]:
+                    name = mirror["metadata"]["name"]
+                    self.mirror_uids.setdefault(name, set()).add(
+                        (worker, mirror["metadata"]["uid"]))
+                    if not mirror["metadata"].get("deletionTimestamp"):
+                        seen.setdefault(name, []).append(worker)
+            self.twice.extend(f"{n} on {w}" for n, w in seen.items() if len(w) > 1)
+            await asyncio.sleep(0.05)
+
+
 async def test_an_urgent_job_preempts_the_cheapest_victims_on_one_worker_and_they_run_again(
     chain: Chain, dispatchers: DispatcherRunner, chain_namespace: str,
 ) -> None:
@@ -638,115 +718,147 @@ async def test_an_urgent_job_preempts_the_cheapest_victims_on_one_worker_and_the
     worker-a: one victim beats two), runs there, and nothing on worker-b is touched; the
     victim is requeued `Preempted` (not an eviction) and completes later. A census of both
     workers never sees two live mirrors of one job."""
-    namespace, manager = chain_namespace, chain.clients["manager"]
-    classes = Resource(manager, WORKLOAD_PRIORITY_CLASSES)
-    low, high = f"low-{namespace}", f"high-{namespace}"
-    for name, value in ((low, 10), (high, 1000)):
-        await classes.create({"apiVersion": WORKLOAD_PRIORITY_CLASSES.api_version,
-                              "kind": "WorkloadPriorityClass", "metadata": {"name": name},
-                              "value": value})
-    await dispatchers(
-        mirror={"origin": namespace}, placement={"preemption": {"policy": "LowerPriority"}},
-        workers={"static": [
-            {"name": w, "kubeconfig": str(chain.plane.clusters[w].kubeconfig_path),
-             "quota": NODES.total(), "labels": {"pool": w}} for w in WORKERS]})
-    jobs = Resource(manager, TRAINJOBS)
-    mirrors = {w: Resource(chain.clients[w], TRAINJOBS) for w in WORKERS}
-
-    async def create(name: str, *, pool: str | None, cpu: str, nodes: int,
-                     priority: str, runtime_name: str) -> None:
-        await created_once_the_webhook_knows_the_runtime(jobs, trainjob(
-            name, namespace, managed_by=MANAGED_BY_MULTIKUEUE, runtime=runtime_name,
-            num_nodes=nodes, resources_per_node={"requests": {"cpu": cpu, "memory": "1Gi"}},
-            labels={c.LABEL_PRIORITY_CLASS: priority},
-            annotations={c.ANNOTATION_CLUSTER_SELECTOR: f"pool={pool}"} if pool else None))
-
-    async def running_on(worker: str, names: list[str]) -> bool:
-        listed = (await mirrors[worker].list(namespace=namespace))["items"]
-        return {m["metadata"]["name"] for m in listed} >= set(names)
-
-    census_failures: list[str] = []
-    mirror_uids: dict[str, set[tuple[str, str]]] = {}
-    """Job name -> every (worker, mirror UID) the census saw."""
-
-    async def census() -> None:
-        while True:
-            seen: dict[str, list[str]] = {}
-            for worker, resource in mirrors.items():
-                for mirror in (await resource.list(namespace=namespace))["items"]:
-                    name = mirror["metadata"]["name"]
-                    mirror_uids.setdefault(name, set()).add((worker, mirror["metadata"]["uid"]))
-                    if not mirror["metadata"].get("deletionTimestamp"):
-                        seen.setdefault(name, []).append(worker)
-            census_failures.extend(f"{n} on {w}" for n, w in seen.items() if len(w) > 1)
-            await asyncio.sleep(0.05)
-
+    namespace = chain_namespace
     b_jobs = [f"b-{i}" for i in range(4)]
-    async with chain.runtime(slow_runtime("torch-slow", 20)):
-        watcher = asyncio.create_task(census())
-        try:
-            for name in ("a-old", "a-new"):
-                await create(name, pool="worker-a", cpu="2", nodes=2, priority=low,
+    async with chain.runtime(slow_runtime("torch-slow", 20)), Preemptions(
+            chain, namespace) as setting:
+        await dispatchers(**setting.config())
+        await _fill_both_workers(setting, b_jobs)
+        created = asyncio.get_running_loop().time()
+        await setting.create("urgent", pool=None, cpu="2", nodes=2, priority=setting.high,
+                             runtime_name="torch-slow")  # the victim waits while it runs
+        await eventually(lambda: setting.mirrors["worker-a"].get("urgent", namespace=namespace),
+                         timeout=30)
+        mirrored = asyncio.get_running_loop().time() - created
+        # Its pods wait for the victim's to end: by the garbage collector's cascade
+        # from the deleted mirror, or by their own end (20 s), whichever comes first.
+        await eventually(lambda: setting.runs("worker-a", "urgent", 2), timeout=120)
+        took = asyncio.get_running_loop().time() - created
+        print(f"urgent job mirrored on worker-a {mirrored:.1f}s and its 2 pods Running "
+              f"{took:.1f}s after its creation")
+        await eventually(lambda: _none(setting.pods_of("worker-a", "a-new")), timeout=30)
+        assert len(await setting.pods_of("worker-a", "a-old")) == 2
+        jobs = setting.jobs
+        victim = await jobs.get("a-new", namespace=namespace)
+        spared = await jobs.get("a-old", namespace=namespace)
+        assert await setting.mirrors["worker-a"].get("a-new", namespace=namespace) is None
+        assert await setting.mirrors["worker-a"].get("a-old", namespace=namespace) is not None, (
+            "one victim is enough: the one started first is spared")
+        shown = condition(victim, c.CONDITION_DISPATCHED)
+        assert shown["reason"] in (c.REASON_PREEMPTED, c.REASON_WAITING_FOR_QUOTA), shown
+        assert condition(spared, c.CONDITION_DISPATCHED)["reason"] == c.REASON_PLACED
+        [event] = await setting.preempted("a-new")
+        assert f"by {namespace}/urgent (priority 1000" in event["note"]
+        assert "on worker worker-a" in event["note"]
+        [told] = await events_of(chain.clients["manager"], namespace, "urgent",
+                                 c.REASON_PREEMPTING)
+        assert f"preempted {namespace}/a-new on worker worker-a" in told["note"]
+        for name in b_jobs:
+            assert not await setting.preempted(name)
+        await _all_complete(setting, ["urgent", "a-new", "a-old", *b_jobs])
+    _untouched_but_the_victim(setting, b_jobs)
+
+
+async def test_a_dispatcher_stopped_mid_preemption_stops_no_second_victim(
+    chain: Chain, dispatchers: DispatcherRunner, chain_namespace: str,
+) -> None:
+    """As above, but the dispatcher is stopped the moment the urgent job is `Preempting`
+    and another takes over from what the clusters hold: the urgent job runs on worker-a,
+    a-new is the only job ever stopped (a-old and worker-b's keep their one mirror), no
+    job ever has two live mirrors, and every job completes."""
+    namespace = chain_namespace
+    b_jobs = [f"b-{i}" for i in range(4)]
+    async with chain.runtime(slow_runtime("torch-slow", 20)), Preemptions(
+            chain, namespace) as setting:
+        first = await dispatchers(**setting.config())
+        await _fill_both_workers(setting, b_jobs)
+        await setting.create("urgent", pool=None, cpu="2", nodes=2, priority=setting.high,
                              runtime_name="torch-slow")
-                await eventually(lambda n=name: running_on("worker-a", [n]), timeout=30)
-            for name in b_jobs:
-                await create(name, pool="worker-b", cpu="2", nodes=1, priority=low,
+        await eventually(lambda: _is(setting.reason("urgent"), c.REASON_PREEMPTING),
+                         timeout=30)
+        await dispatchers.stop(first)
+        await dispatchers(**setting.config())
+        await eventually(lambda: setting.runs("worker-a", "urgent", 2), timeout=120)
+        assert await setting.preempted("a-new"), "the victim was taken off as Preempted"
+        for name in ("a-old", *b_jobs):
+            assert not await setting.preempted(name), f"{name} was stopped too"
+        await _all_complete(setting, ["urgent", "a-new", "a-old", *b_jobs])
+        victim = await setting.jobs.get("a-new", namespace=namespace)
+        assert (victim or {})["metadata"].get("annotations", {}).get(
+            c.ANNOTATION_EVICTIONS, "0") == "0", "a preemption is not an eviction"
+    _untouched_but_the_victim(setting, b_jobs)
+
+
+async def test_no_preemption_when_it_fits_elsewhere_for_equal_priority_or_with_never(
+    chain: Chain, dispatchers: DispatcherRunner, chain_namespace: str,
+) -> None:
+    """worker-a is full of priority-10 jobs. A priority-1000 job that fits on worker-b goes
+    there and stops nothing; with worker-b full too, a priority-10 job waits for quota and
+    stops nothing; and a dispatcher with `policy: Never` leaves a priority-1000 job waiting
+    too. Every running job keeps its one mirror throughout."""
+    async with chain.runtime(slow_runtime("torch-long", 120)), Preemptions(
+            chain, chain_namespace) as setting:
+        first = await dispatchers(**setting.config())
+        for name in ("a-1", "a-2"):
+            await setting.create(name, pool="worker-a", cpu="2", nodes=2, priority=setting.low,
+                                 runtime_name="torch-long")
+        await eventually(lambda: setting.running_on("worker-a", ["a-1", "a-2"]), timeout=30)
+        await setting.create("fits", pool=None, cpu="2", nodes=2, priority=setting.high,
+                             runtime_name="torch-long")
+        await eventually(lambda: setting.running_on("worker-b", ["fits"]), timeout=30)
+        await setting.create("b-low", pool="worker-b", cpu="2", nodes=2,
+                             priority=setting.low, runtime_name="torch-long")
+        await eventually(lambda: setting.running_on("worker-b", ["b-low"]), timeout=30)
+        await setting.create("equal", pool=None, cpu="2", nodes=2, priority=setting.low,
+                             runtime_name="torch-long")
+        await _waits_for_quota(setting, "equal")
+        await dispatchers.stop(first)
+        await dispatchers(**setting.config("Never"))
+        await setting.create("never", pool=None, cpu="2", nodes=2, priority=setting.high,
+                             runtime_name="torch-long")
+        await _waits_for_quota(setting, "never")
+        for name in ("a-1", "a-2", "fits", "b-low"):
+            assert not await setting.preempted(name), f"{name} was preempted"
+            assert len(setting.mirror_uids[name]) == 1, f"{name} was moved"
+    assert not setting.twice, f"two live mirrors of one job: {setting.twice[:5]}"
+
+
+async def _waits_for_quota(setting: Preemptions, name: str) -> None:
+    """`name` is `WaitingForQuota`, and still so three seconds (many passes) later."""
+    await eventually(lambda: _is(setting.reason(name), c.REASON_WAITING_FOR_QUOTA),
+                     timeout=30)
+    await asyncio.sleep(3)
+    assert await setting.reason(name) == c.REASON_WAITING_FOR_QUOTA
+
+
+async def _is(value: Awaitable[str], expected: str) -> bool:
+    return await value == expected
+
+
+async def _fill_both_workers(setting: Preemptions, b_jobs: list[str]) -> None:
+    """worker-a: a-old then a-new, 4 cpu each; worker-b: `b_jobs` of 2 cpu; all priority 10."""
+    for name in ("a-old", "a-new"):
+        await setting.create(name, pool="worker-a", cpu="2", nodes=2, priority=setting.low,
                              runtime_name="torch-slow")
-            await eventually(lambda: running_on("worker-b", b_jobs), timeout=30)
-            created = asyncio.get_running_loop().time()
-            await create("urgent", pool=None, cpu="2", nodes=2, priority=high,
-                         runtime_name="torch-slow")  # the victim waits while it runs
-
-            pods_a = Resource(chain.clients["worker-a"], PODS)
-
-            async def pods_of(name: str) -> list[dict[str, Any]]:
-                return [p for p in (await pods_a.list(namespace=namespace))["items"]
-                        if (p["metadata"].get("labels") or {}).get(
-                            "jobset.sigs.k8s.io/jobset-name") == name]
-
-            async def urgent_runs() -> bool:
-                pods = await pods_of("urgent")
-                return len(pods) == 2 and all(p["status"].get("phase") == "Running"
-                                              for p in pods)
-            await eventually(lambda: mirrors["worker-a"].get("urgent", namespace=namespace),
-                             timeout=30)
-            mirrored = asyncio.get_running_loop().time() - created
-            # Its pods wait for the victim's to end: by the garbage collector's cascade
-            # from the deleted mirror, or by their own end (20 s), whichever comes first.
-            await eventually(urgent_runs, timeout=120)
-            took = asyncio.get_running_loop().time() - created
-            print(f"urgent job mirrored on worker-a {mirrored:.1f}s and its 2 pods Running "
-                  f"{took:.1f}s after its creation")
-            await eventually(lambda: _none(pods_of("a-new")), timeout=30)  # its pods end
-            assert len(await pods_of("a-old")) == 2
-            victim = await jobs.get("a-new", namespace=namespace)
-            spared = await jobs.get("a-old", namespace=namespace)
-            assert await mirrors["worker-a"].get("a-new", namespace=namespace) is None
-            assert await mirrors["worker-a"].get("a-old", namespace=namespace) is not None, (
-                "one victim is enough: the one started first is spared")
-            shown = condition(victim, c.CONDITION_DISPATCHED)
-            assert shown["reason"] in (c.REASON_PREEMPTED, c.REASON_WAITING_FOR_QUOTA), shown
-            assert condition(spared, c.CONDITION_DISPATCHED)["reason"] == c.REASON_PLACED
-            [event] = await events_of(manager, namespace, "a-new", c.REASON_PREEMPTED)
-            assert f"by {namespace}/urgent (priority 1000" in event["note"]
-            assert "on worker worker-a" in event["note"]
-            [told] = await events_of(manager, namespace, "urgent", c.REASON_PREEMPTING)
-            assert f"preempted {namespace}/a-new on worker worker-a" in told["note"]
-            for name in b_jobs:
-                assert not await events_of(manager, namespace, name, c.REASON_PREEMPTED)
-            for name in ("urgent", "a-new", "a-old", *b_jobs):
-                done = await eventually(lambda n=name: finished(jobs, n, namespace),
-                                        timeout=120)
-                assert condition(done, "Complete").get("status") == "True", name
-            victim = await jobs.get("a-new", namespace=namespace)
-            assert (victim or {})["metadata"].get("annotations", {}).get(
-                c.ANNOTATION_EVICTIONS, "0") == "0", "a preemption is not an eviction"
-        finally:
-            watcher.cancel()
-            for name in ("urgent", "a-new", "a-old", *b_jobs):
-                await jobs.delete(name, namespace=namespace)
-    assert not census_failures, f"two live mirrors of one job: {census_failures[:5]}"
+        await eventually(functools.partial(setting.running_on, "worker-a", [name]),
+                         timeout=30)
     for name in b_jobs:
-        assert len(mirror_uids[name]) == 1, f"{name} was untouched: one mirror, never remade"
-    assert len(mirror_uids["a-new"]) == 2, "the victim ran again: a second mirror"
-    assert len(mirror_uids["a-old"]) == 1
+        await setting.create(name, pool="worker-b", cpu="2", nodes=1, priority=setting.low,
+                             runtime_name="torch-slow")
+    await eventually(lambda: setting.running_on("worker-b", b_jobs), timeout=30)
+
+
+async def _all_complete(setting: Preemptions, names: list[str]) -> None:
+    for name in names:
+        done = await eventually(functools.partial(finished, setting.jobs, name,
+                                                  setting.namespace), timeout=120)
+        assert condition(done, "Complete").get("status") == "True", name
+
+
+def _untouched_but_the_victim(setting: Preemptions, b_jobs: list[str]) -> None:
+    """No job had two live mirrors; only a-new was remade (it ran again)."""
+    assert not setting.twice, f"two live mirrors of one job: {setting.twice[:5]}"
+    for name in b_jobs:
+        assert len(setting.mirror_uids[name]) == 1, f"{name} was untouched: one mirror"
+    assert len(setting.mirror_uids["a-new"]) == 2, "the victim ran again: a second mirror"
+    assert len(setting.mirror_uids["a-old"]) == 1

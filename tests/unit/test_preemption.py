@@ -191,3 +191,60 @@ def test_a_nomination_on_a_worker_no_longer_usable_is_chosen_again() -> None:
                           preemption=PreemptionPolicy.LOWER_PRIORITY, nominations=nominations,
                           running=lambda: placed, now=NOW)
     assert (decision.preempting_on, [v.key for v in decision.victims]) == ("b", ["b1"])
+
+
+# ----- jobs already leaving (taken off before a restart, evicted): room, not victims -----
+
+
+@given(demand=vectors, free=vectors, placed=jobs, leaving=st.lists(st.booleans(), max_size=8),
+       priority=st.integers(0, 6))
+def test_a_leaving_job_is_counted_as_room_and_never_chosen(
+        demand: dict[str, Fraction], free: dict[str, Fraction],
+        placed: list[tuple[dict[str, Fraction], int, int]], leaving: list[bool],
+        priority: int) -> None:
+    candidates = [Running(uid=f"j{i}", key=f"j{i}", worker="w", demand=d, priority=p,
+                          started=float(s), leaving=i < len(leaving) and leaving[i])
+                  for i, (d, p, s) in enumerate(placed)]
+    victims = victims_on(demand, free, candidates, priority=priority)
+    going = [v for v in candidates if v.leaving and v.priority < priority]
+    if victims is None:
+        return
+    assert not any(v.leaving for v in victims)
+    room = resources.add(free, *(v.demand for v in (*going, *victims)))
+    assert resources.fits(demand, room)
+    for spared in victims:
+        assert not resources.fits(demand, resources.subtract(room, spared.demand)), (
+            f"{spared.key} was not needed: the leaving jobs' room was not counted")
+
+
+def test_leaving_room_is_awaited_before_anyone_is_stopped() -> None:
+    """After a restart mid-preemption the victim's mirror is still being deleted: the
+    urgent job waits for it on that worker and stops no second job."""
+    placed = {"a": [running("a-old", 4, worker="a", priority=1, started=100),
+                    dataclasses.replace(running("a-new", 4, worker="a", priority=1,
+                                                started=900), leaving=True)],
+              "b": [running("b1", 2, worker="b", priority=1),
+                    running("b2", 2, worker="b", priority=1)]}
+    views = [worker_view("a", 8, 8), worker_view("b", 4, 4)]
+    [decision] = schedule([pending_job("urgent", 4, priority=9)], views,
+                          preemption=PreemptionPolicy.LOWER_PRIORITY,
+                          running=lambda: placed, now=NOW)
+    assert (decision.reason, decision.preempting_on, decision.victims) == (
+        c.REASON_PREEMPTING, "a", ())
+    assert [v.key for v in decision.awaiting] == ["a-new"]
+    assert decision.message == ("waiting on worker a for the room of lower-priority jobs "
+                                "leaving it: a-new")
+    held = Nomination("a", frozenset(), frozenset({"a-new"}))
+    [again] = schedule([pending_job("urgent", 4, priority=9)], views,
+                       preemption=PreemptionPolicy.LOWER_PRIORITY, nominations={"urgent": held},
+                       running=lambda: placed, now=NOW)
+    assert (again.message, again.victims) == (decision.message, ()), "the hold is stable"
+
+
+def test_a_leaving_job_of_equal_priority_is_not_awaited() -> None:
+    placed = {"a": [dataclasses.replace(running("same", 4, worker="a", priority=9),
+                                        leaving=True)]}
+    [decision] = schedule([pending_job("urgent", 4, priority=9)], [worker_view("a", 4, 4)],
+                          preemption=PreemptionPolicy.LOWER_PRIORITY,
+                          running=lambda: placed, now=NOW)
+    assert decision.reason == c.REASON_WAITING_FOR_QUOTA
