@@ -2,10 +2,10 @@
 
     python -m bench peer --quick
     python -m bench peer --workers 3,10 --jobs 1000,5000 --peer-minutes 10 \\
-        --scenarios burst,frozen,oversubscribed,steady,complete
+        --scenarios burst,frozen,oversubscribed,steady,complete,preemption
 
 For every worker count: the burst (bench/peer/multikueue.py) for every job count, every
-system in turn, then the behaviour scenarios (bench/peer/scenarios.py) for the scenario
+system in turn, then the behaviour scenarios (bench/peer/behaviour.py) for the scenario
 systems. `--quick`: 200 jobs, 2 workers, the peer capped at 2 minutes, the scenarios at
 their quick sizes, and fewer MultiKueue settings (defaults, the best one).
 Writes `bench/results/peer-multikueue-<N>-<K>w.{json,md,png}` per burst and
@@ -15,8 +15,15 @@ only: `peer-scenarios-<K>w-<scenarios>.*`, so a partial run keeps the whole one)
 JobSet, kwok nodes holding each worker's quota) instead of the simulated trainer, into
 `peer-scenarios-<K>w-...-real-chain.*`:
 
-    python -m bench peer --workers 2 --scenarios complete --real-chain \
+    python -m bench peer --workers 2 --scenarios complete --real-chain \\
         --quota-cpu-per-worker 16 --scenario-systems dispatcher-fair,multikueue-default
+
+`preemption` (bench/peer/preemption.py) runs only the systems that preempt: by default
+`dispatcher-fair-preempt` and `multikueue-tuned-remote-qps` (with Kueue's
+MultiKueueOrchestratedPreemption gate on, which the scenario itself turns on):
+
+    python -m bench peer --workers 2 --scenarios preemption \\
+        --scenario-systems dispatcher-fair-preempt,multikueue-tuned-remote-qps
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ import asyncio
 import dataclasses
 import json
 
+from bench.peer.behaviour import SCENARIOS, run_scenarios
 from bench.peer.multikueue import peer_benchmark, write_peer_reports
-from bench.peer.scenarios import QUICK_SIZES, SCENARIOS, ScenarioSizes, run_scenarios
+from bench.peer.scenarios import QUICK_SIZES, ScenarioSizes
 from bench.peer.systems import SYSTEMS
 from devkit.localcluster.binaries import ensure_kueue
 from devkit.localcluster.kueue import ensure_remote_qps_binary
@@ -42,11 +50,11 @@ QUICK_SYSTEMS = ("dispatcher-fair", "multikueue-default", "dispatcher",
 the symmetric setting (its AdmissionCheck behind the same manager-side Kueue); the
 MultiKueue settings between (qps, tuned, tuned-incremental, qps-remote-qps) only in full
 runs or with --systems."""
-SCENARIO_SYSTEMS = ("dispatcher-fair", "dispatcher-fair-wait", "dispatcher-check",
-                    "multikueue-tuned-remote-qps")
-"""The fair mode (also keeping a lost worker's jobs), the symmetric mode (behind the same
-manager-side Kueue as MultiKueue) and MultiKueue at its best tuning."""
-ONLY_IN = {"dispatcher-fair-wait": "frozen"}
+SCENARIO_SYSTEMS = ("dispatcher-fair", "dispatcher-fair-wait", "dispatcher-fair-preempt",
+                    "dispatcher-check", "multikueue-tuned-remote-qps")
+"""The fair mode (also keeping a lost worker's jobs, and preempting), the symmetric mode
+(behind the same manager-side Kueue as MultiKueue) and MultiKueue at its best tuning."""
+ONLY_IN = {"dispatcher-fair-wait": "frozen", "dispatcher-fair-preempt": "preemption"}
 """Systems that differ from another only in one scenario run only there."""
 
 

@@ -11,8 +11,11 @@ namespace, the queues (one ClusterQueue with room for every job, the same names 
 cluster; or `quota` per worker, the manager's MultiKueue queue getting their sum) and
 warms each API server up, and yields an `Environment` with admin clients; everything is
 stopped when the block ends. `lost_timeout_seconds` is given to both systems (the
-dispatcher's `workers.lostTimeoutSeconds`, MultiKueue's `workerLostTimeout`). Starting
-the system's controllers is the caller's (bench/peer/systems.py).
+dispatcher's `workers.lostTimeoutSeconds`, MultiKueue's `workerLostTimeout`).
+`preemption=PreemptionSetup(...)` (the preemption scenario's) also creates
+WorkloadPriorityClasses on every cluster, gives every ClusterQueue a `preemption` policy
+and turns Kueue feature gates on in every Kueue started. Starting the system's
+controllers is the caller's (bench/peer/systems.py).
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ from devkit.localcluster.kueue_objects import (
     ADMISSION_CHECKS,
     API_VERSION,
     FIELD_MANAGER,
+    WORKLOAD_PRIORITY_CLASSES,
     setup_multikueue,
     setup_queues,
+    workload_priority_class,
 )
 from devkit.localcluster.trainer import NodePool, chain_crd_files, kwok_timed
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, TRAINJOBS
@@ -86,6 +91,16 @@ class System:
         """What happens to a lost worker's jobs: MultiKueue always requeues them."""
         return str(self.dispatcher.get("workers", {}).get("whenLost", "Requeue"))
 
+    @property
+    def preempts(self) -> bool:
+        """Whether it may stop running jobs for one of higher priority: MultiKueue's
+        worker Kueues do where their ClusterQueues allow it; the dispatcher with
+        `placement.preemption.policy: LowerPriority` (its own choice across workers)."""
+        if self.kind == "multikueue":
+            return True
+        placement = self.dispatcher.get("placement", {})
+        return bool(placement.get("preemption", {}).get("policy") == "LowerPriority")
+
     def describe(self) -> dict[str, Any]:
         def kueue(settings: KueueSettings | None) -> Any:
             if settings is None:
@@ -106,6 +121,22 @@ class System:
         return described
 
 
+@dataclass(frozen=True)
+class PreemptionSetup:
+    """What a run needs for jobs of different priorities to preempt (nothing by default)."""
+
+    priority_classes: dict[str, int] = field(default_factory=dict)
+    """WorkloadPriorityClasses (name -> value) created on every cluster: the manager's
+    give the jobs their priority (to the dispatcher and to MultiKueue's manager), the
+    workers' to their Kueue (which the dispatcher also checks before placing a job
+    naming one)."""
+    cluster_queue_preemption: dict[str, Any] | None = None
+    """The `spec.preemption` of every ClusterQueue set up, e.g.
+    `{"withinClusterQueue": "LowerPriority"}`."""
+    kueue_feature_gates: tuple[str, ...] = ()
+    """Added to every Kueue the run starts (manager and workers)."""
+
+
 @dataclass
 class Environment:
     plane: LocalControlPlane
@@ -122,6 +153,8 @@ class Environment:
     quota (rather than the simulated trainer)."""
     dispatcher_port: int | None = None
     """Where the dispatcher serves /metrics, once bench/peer/systems.py runs it."""
+    preemption: PreemptionSetup = field(default_factory=PreemptionSetup)
+    """Priority classes, ClusterQueue preemption and Kueue feature gates of this run."""
 
 
 async def _prepare_cluster(client: ClusterClient, runtime: dict[str, Any]) -> None:
@@ -135,11 +168,16 @@ async def _prepare_cluster(client: ClusterClient, runtime: dict[str, Any]) -> No
 
 async def _start_kueue(env: Environment) -> None:
     system = env.system
+    gates = env.preemption.kueue_feature_gates
+
+    def gated(settings: KueueSettings) -> KueueSettings:
+        return dataclasses.replace(settings, feature_gates=(*settings.feature_gates, *gates))
     starts = []
     if system.worker_kueue is not None:
-        starts += [env.plane.clusters[w].start_kueue(system.worker_kueue) for w in env.workers]
+        starts += [env.plane.clusters[w].start_kueue(gated(system.worker_kueue))
+                   for w in env.workers]
     if system.kind == "dispatcher" and system.manager_kueue is not None:
-        starts.append(env.plane.clusters["manager"].start_kueue(system.manager_kueue))
+        starts.append(env.plane.clusters["manager"].start_kueue(gated(system.manager_kueue)))
     if system.kind == "multikueue":
         manager = system.manager_kueue or KUEUE_DEFAULTS
         multikueue = system.multikueue
@@ -148,29 +186,41 @@ async def _start_kueue(env: Environment) -> None:
                 multikueue, worker_lost_timeout=f"{env.lost_timeout_seconds:g}s")
         settings = KueueSettings(qps=manager.qps, burst=manager.burst,
                                  concurrency=manager.concurrency, multikueue=multikueue)
-        starts.append(env.plane.clusters["manager"].start_kueue(settings))
+        starts.append(env.plane.clusters["manager"].start_kueue(gated(settings)))
     await asyncio.gather(*starts)
 
 
+async def _priority_classes(env: Environment) -> None:
+    for client in env.clients.values():
+        classes = Resource(client, WORKLOAD_PRIORITY_CLASSES)
+        for name, value in env.preemption.priority_classes.items():
+            await classes.apply(workload_priority_class(name, value),
+                                field_manager=FIELD_MANAGER)
+
+
 async def _setup_queues(env: Environment) -> None:
+    preemption = env.preemption.cluster_queue_preemption
     if env.system.worker_kueue is not None:
         for worker in env.workers:
             await setup_queues(env.clients[worker], cluster_queue_name=QUEUE,
-                               local_queue_name=QUEUE, namespaces=[NAMESPACE], quota=env.quota)
+                               local_queue_name=QUEUE, namespaces=[NAMESPACE], quota=env.quota,
+                               preemption=preemption)
     if env.system.kind == "dispatcher" and env.system.manager_kueue is not None:
         await Resource(env.clients["manager"], ADMISSION_CHECKS).apply({
             "apiVersion": API_VERSION, "kind": "AdmissionCheck", "metadata": {"name": CHECK},
             "spec": {"controllerName": CHECK_CONTROLLER}}, field_manager=FIELD_MANAGER)
         await setup_queues(env.clients["manager"], cluster_queue_name=QUEUE,
                            local_queue_name=QUEUE, namespaces=[NAMESPACE],
-                           quota=env.manager_quota, admission_check=CHECK)
+                           quota=env.manager_quota, admission_check=CHECK,
+                           preemption=preemption)
     if env.system.kind == "multikueue":
         await setup_multikueue(
             env.clients["manager"], config_name=CHECK, check_name=CHECK,
             workers={w: env.plane.clusters[w].kubeconfig() for w in env.workers})
         await setup_queues(env.clients["manager"], cluster_queue_name=QUEUE,
                            local_queue_name=QUEUE, namespaces=[NAMESPACE],
-                           quota=env.manager_quota, admission_check=CHECK)
+                           quota=env.manager_quota, admission_check=CHECK,
+                           preemption=preemption)
 
 
 def _nodes(quota: dict[str, str]) -> NodePool:
@@ -185,9 +235,11 @@ async def environment(system: System, *, workers: int, quota: dict[str, str] | N
                       manager_quota: dict[str, str] | None = None,
                       lost_timeout_seconds: float = DEFAULT_LOST_TIMEOUT_SECONDS,
                       real_chain: bool = False, run_seconds: float = 10.0,
+                      preemption: PreemptionSetup | None = None,
                       ) -> AsyncIterator[Environment]:
     """Fresh clusters with the system's Kueues and queues; with `real_chain`, the real
-    Trainer chain on every cluster, its pods running `run_seconds` under kwok."""
+    Trainer chain on every cluster, its pods running `run_seconds` under kwok; with
+    `preemption`, its priority classes, queue policy and Kueue feature gates."""
     names = [f"worker-{i}" for i in range(workers)]
     clusters = ["manager", *names]
     async with LocalControlPlane() as plane:
@@ -203,7 +255,8 @@ async def environment(system: System, *, workers: int, quota: dict[str, str] | N
         env = Environment(plane=plane, clients=clients, workers=names, system=system,
                           quota=dict(quota or QUOTA),
                           manager_quota=dict(manager_quota or quota or QUOTA),
-                          lost_timeout_seconds=lost_timeout_seconds, real_chain=real_chain)
+                          lost_timeout_seconds=lost_timeout_seconds, real_chain=real_chain,
+                          preemption=preemption or PreemptionSetup())
         try:
             runtime = yaml.safe_load(
                 SAMPLE_RUNTIME.read_text())
@@ -211,6 +264,7 @@ async def environment(system: System, *, workers: int, quota: dict[str, str] | N
                 runtime = kwok_timed(runtime, run_seconds=run_seconds)
             await asyncio.gather(*(_prepare_cluster(c, runtime) for c in clients.values()))
             await _start_kueue(env)
+            await _priority_classes(env)
             await _setup_queues(env)
             yield env
         finally:  # the plane then stops every Kueue, then the API servers

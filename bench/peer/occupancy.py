@@ -6,9 +6,10 @@ suspended (admitted by the worker's Kueue), not finished (no true Complete or Fa
 condition). The watch of a frozen worker sees nothing new, so its copies keep their last
 known state until the watch comes back after the thaw: a copy on an unreachable worker
 counts as running, as its pods would go on running there. From these it records when
-each copy started, the jobs ever seen running on two workers at once (and those seen so
-at or after `thawed()`), the most jobs running at once in all and per worker, and a
-timeline of the total for plotting. `stop()` ends the watches.
+each copy started, each time a copy stopped running (suspended, deleted or finished),
+the jobs ever seen running on two workers at once (and those seen so at or after
+`thawed()`), the most jobs running at once in all and per worker, and a timeline of the
+total for plotting. `stop()` ends the watches.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class Occupancy:
         """Job -> workers where it runs now (as last seen)."""
         self.started: dict[tuple[str, str], float] = {}
         """(job, worker) -> when that copy last started running."""
+        self.stopped: list[tuple[float, str, str]] = []
+        """(moment, job, worker) each time a running copy stopped running."""
         self.first_seen: dict[str, float] = {}
         """Job -> when a remote copy was first seen at all (running or not)."""
         self.first_running: dict[str, float] = {}
@@ -93,6 +96,7 @@ class Occupancy:
                     self.twice_after_thaw.add(name)
         else:
             where.discard(worker)
+            self.stopped.append((now, name, worker))
             self.per_worker[worker] -= 1
             self.total -= 1
         self.timeline.append((now, self.total))

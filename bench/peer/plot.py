@@ -4,8 +4,8 @@
   the burst (log scale) beside its placement throughput (bars, log scale).
 - `plot_scenarios(results, path)`: the steady rate's latency CDFs, the jobs running
   over time under oversubscribed quota (with the quota as a line), the seconds until a
-  frozen worker's jobs ran elsewhere (p50 and max), and short jobs Complete on the
-  manager over time.
+  frozen worker's jobs ran elsewhere (p50 and max), short jobs Complete on the
+  manager over time, and the low jobs an urgent job stopped (with the fewest possible).
 """
 
 from __future__ import annotations
@@ -109,6 +109,15 @@ def plot_scenarios(results: dict[str, dict[str, Any]], path: Path) -> None:
             axis.set_xticks(list(positions), names, fontsize=8)
             axis.set_ylabel("seconds from the freeze until running elsewhere")
             axis.set_title("a worker's API server frozen")
+        elif scenario == "preemption":
+            names = list(systems)
+            stopped = [systems[n].get("stopped_count", 0) for n in names]
+            axis.bar(list(range(len(names))), stopped, label="low jobs stopped")
+            fewest = next(iter(systems.values()))["fewest_possible_stopped"]
+            axis.axhline(fewest, color="red", linestyle="--", label="fewest possible")
+            axis.set_xticks(list(range(len(names))), names, fontsize=8)
+            axis.set_ylabel("low-priority jobs stopped for the urgent one")
+            axis.set_title("an urgent job, every worker full")
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize=8)
     figure.tight_layout()

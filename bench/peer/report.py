@@ -3,7 +3,8 @@ the best MultiKueue setting.
 
 `markdown(result)` is a burst's table; `write_scenario_reports(results, ...)` writes the
 behaviour scenarios' JSON, markdown (with their targets: nothing runs twice at once in
-the worker-lost run, quota never exceeded) and PNG.
+the worker-lost run, quota never exceeded, an urgent job runs stopping the fewest jobs)
+and PNG.
 """
 
 from __future__ import annotations
@@ -241,6 +242,55 @@ def _complete(systems: dict[str, Any]) -> list[str]:
     ])
 
 
+def _urgent(r: dict[str, Any]) -> str:
+    if r.get("failed_step"):
+        return f"not created: filling the workers stopped at {r['failed_step']}"
+    if not r["urgent_ran"]:
+        return f"did not run in {r['timeout_seconds']:g} s"
+    where = ", ".join(r["urgent_ran_on"])
+    kind = "the big jobs' worker" if r["urgent_on_big_worker"] else "a small jobs' worker"
+    return f"{r['create_to_urgent_running_seconds']} s, on {where} ({kind})"
+
+
+def _preemption(systems: dict[str, Any]) -> list[str]:
+    lines = _scenario_table("An urgent job when every worker is full", systems, [
+        ("low jobs running before it, by worker and size",
+         lambda r: "; ".join(f"{w}: " + ", ".join(f"{n} x {size}" for size, n in jobs.items())
+                             for w, jobs in r["low_jobs_before_urgent"].items()) or "-"),
+        ("the big jobs' worker", lambda r: r["big_worker"] or "-"),
+        ("urgent job: CPU (priority)",
+         lambda r: f"{r['urgent_cpu']} ({r['urgent_priority']}; the low jobs' "
+                   f"{r['low_priority']})"),
+        ("create -> urgent job running s, where", _urgent),
+        ("low jobs stopped (fewest possible)",
+         lambda r: f"{r['stopped_count']} ({r['fewest_possible_stopped']})"
+                   if "stopped_count" in r else "-"),
+        ("... by worker", lambda r: {w: len(n) for w, n in r.get("stopped", {}).items()}),
+        ("... their CPU", lambda r: r.get("stopped_cpu")),
+        ("create -> first low job stopped s", lambda r: r.get("create_to_first_stop_seconds")),
+        ("low jobs running at the end (of)",
+         lambda r: f"{r['low_running_at_end']} ({r['low_jobs']})"
+                   if "low_running_at_end" in r else "-"),
+        ("jobs ever on two workers at once", lambda r: r["ran_twice_at_once"]),
+        ("Kueue feature gates added", lambda r: ", ".join(r["kueue_feature_gates"]) or "-"),
+    ])
+    verdicts = [f"- `{n}`: " + _preemption_verdict(r) for n, r in systems.items()]
+    return [*lines, "", "The urgent job is as big as one big job and as several small "
+            "ones: room for it costs one job on the big jobs' worker. Target: it runs, "
+            "stopping the fewest jobs, nothing on two workers at once.", *verdicts]
+
+
+def _preemption_verdict(r: dict[str, Any]) -> str:
+    if r["failed_step"]:
+        return f"not measured: filling the workers stopped at {r['failed_step']}"
+    if not r["urgent_ran"]:
+        return f"the urgent job did not run in {r['timeout_seconds']:g} s"
+    twice = (f"; {r['ran_twice_at_once']} jobs ran on two workers at once"
+             if r["ran_twice_at_once"] else "")
+    return (f"ran after {r['create_to_urgent_running_seconds']} s, stopping "
+            f"{r['stopped_count']} low jobs ({r['fewest_possible_stopped']} would do)" + twice)
+
+
 def scenario_markdown(results: dict[str, dict[str, Any]], *, workers: int,
                       settings: dict[str, Any], sizes: dict[str, Any]) -> str:
     trainer = ("the real Kubeflow Trainer v2.3.0 and JobSet v0.12.0 on every cluster and "
@@ -257,7 +307,7 @@ def scenario_markdown(results: dict[str, dict[str, Any]], *, workers: int,
              "after the thaw (its pods would go on running).",
              ""]
     render = {"frozen": _frozen, "oversubscribed": _oversubscribed, "steady": _steady,
-              "complete": _complete}
+              "complete": _complete, "preemption": _preemption}
     for scenario, systems in results.items():
         parts += [*render[scenario](systems), ""]
     parts += ["## Settings", "", f"- sizes: {sizes}"]

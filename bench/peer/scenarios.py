@@ -24,6 +24,9 @@ TrainJobs, and the harness's own watches of the workers (bench/peer/occupancy.py
   at once, in a burst; the seconds until all of them are Complete on the manager, beside
   the least it could take (three waves of the run time), and create -> Complete on the
   manager p50/p95/p99.
+- `preemption`: an urgent job when every worker is full of low-priority jobs; in
+  bench/peer/preemption.py, which builds on the helpers here (`Creator`,
+  `running_system`, `until`, `job_quota`). bench/peer/behaviour.py runs them all.
 """
 
 from __future__ import annotations
@@ -46,7 +49,6 @@ from dispatcher.api import constants as c
 from dispatcher.api.trainer import CONDITION_COMPLETE, MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.kube.resource import Resource
 
-SCENARIOS = ("frozen", "oversubscribed", "steady", "complete")
 JOB_CPU, JOB_MEMORY_GI = 1, 2
 """What one job asks for (the sample runtime: one node, 1 CPU, 2Gi)."""
 RUN_SECONDS = 3600.0
@@ -67,6 +69,8 @@ class ScenarioSizes:
     """A system that keeps a lost worker's jobs: how long past the lost timeout to watch
     that nothing moves."""
     quota_cpu_per_worker: int = 10
+    """Each worker's CPU quota (and 2Gi per CPU) in oversubscribed, complete and
+    preemption."""
     oversubscribed_window_seconds: float = 300.0
     steady_rate: float = 5.0
     steady_seconds: float = 120.0
@@ -74,6 +78,10 @@ class ScenarioSizes:
     """After the last create: how long the last jobs may take to run."""
     complete_run_seconds: float = 10.0
     complete_timeout_seconds: float = 600.0
+    preemption_timeout_seconds: float = 120.0
+    """From the urgent job's creation: how long it may take to run."""
+    preemption_settle_seconds: float = 10.0
+    """After it runs: how long to go on watching for low jobs stopping."""
     real_chain: bool = False
     """`complete` on the real Trainer chain (Trainer, JobSet, kwok nodes) instead of the
     simulated trainer; the other scenarios ignore it."""
@@ -87,10 +95,17 @@ QUICK_SIZES = ScenarioSizes(frozen_jobs_per_worker=6, place_timeout_seconds=90.0
                             complete_timeout_seconds=180.0)
 
 
-def _job(name: str, run_seconds: float = RUN_SECONDS) -> dict[str, Any]:
-    return trainjob(name, NAMESPACE, managed_by=MANAGED_BY_MULTIKUEUE,
-                    labels={c.LABEL_KUEUE_QUEUE: QUEUE},
-                    annotations={RUN_SECONDS_ANNOTATION: str(run_seconds)})
+def _job(name: str, run_seconds: float = RUN_SECONDS, *, size: int = 1,
+         priority_class: str = "") -> dict[str, Any]:
+    """A scenario's TrainJob: one job's demand (the runtime's) or `size` times it."""
+    labels = {c.LABEL_KUEUE_QUEUE: QUEUE}
+    if priority_class:
+        labels[c.LABEL_PRIORITY_CLASS] = priority_class
+    demand = None if size == 1 else {"requests": {
+        "cpu": str(size * JOB_CPU), "memory": f"{size * JOB_MEMORY_GI}Gi"}}
+    return trainjob(name, NAMESPACE, managed_by=MANAGED_BY_MULTIKUEUE, labels=labels,
+                    annotations={RUN_SECONDS_ANNOTATION: str(run_seconds)},
+                    resources_per_node=demand)
 
 
 class Creator:
@@ -100,8 +115,10 @@ class Creator:
         self.jobs = Resource(env.clients["manager"], TRAINJOBS)
         self.created_at: dict[str, float] = {}
 
-    async def create(self, name: str, run_seconds: float = RUN_SECONDS) -> None:
-        await self.jobs.create(_job(name, run_seconds), namespace=NAMESPACE)
+    async def create(self, name: str, run_seconds: float = RUN_SECONDS, *, size: int = 1,
+                     priority_class: str = "") -> None:
+        await self.jobs.create(_job(name, run_seconds, size=size,
+                                    priority_class=priority_class), namespace=NAMESPACE)
         self.created_at[name] = time.monotonic()
 
     async def burst(self, count: int, prefix: str = "job",
@@ -132,12 +149,13 @@ async def running_system(system: System, *, workers: int, log_name: str,
             await asyncio.gather(*trainers, return_exceptions=True)
 
 
-async def _until(predicate: Callable[[], bool], deadline: float) -> bool:
+async def until(predicate: Callable[[], bool], deadline: float) -> bool:
     """`wait_for` up to a moment on the monotonic clock rather than for a span."""
     return await wait_for(predicate, timeout=deadline - time.monotonic(), interval=0.1)
 
 
-def _quota(jobs: int) -> dict[str, str]:
+def job_quota(jobs: int) -> dict[str, str]:
+    """The quota that holds `jobs` jobs of one job's demand."""
     return {"cpu": str(jobs * JOB_CPU), "memory": f"{jobs * JOB_MEMORY_GI}Gi"}
 
 
@@ -149,14 +167,14 @@ async def frozen(system: System, *, workers: int, sizes: ScenarioSizes) -> dict[
     per_worker = 2 * sizes.frozen_jobs_per_worker
     async with running_system(system, workers=workers, log_name=f"{system.name}-frozen",
                               lost_timeout_seconds=sizes.lost_timeout_seconds,
-                              quota=_quota(per_worker),
-                              manager_quota=_quota(per_worker * workers)
+                              quota=job_quota(per_worker),
+                              manager_quota=job_quota(per_worker * workers)
                               ) as (env, occupancy):
         creator = Creator(env)
         started = time.monotonic()
         await creator.burst(jobs)
-        placed = await _until(lambda: occupancy.running_count() >= jobs,
-                              started + sizes.place_timeout_seconds)
+        placed = await until(lambda: occupancy.running_count() >= jobs,
+                             started + sizes.place_timeout_seconds)
         victim = max(env.workers, key=lambda w: occupancy.per_worker[w])
         moving = sorted(n for n, w in occupancy.running.items() if victim in w)
         frozen_at = time.monotonic()
@@ -174,15 +192,15 @@ async def frozen(system: System, *, workers: int, sizes: ScenarioSizes) -> dict[
             if system.when_lost == "Wait":
                 await asyncio.sleep(sizes.lost_timeout_seconds + sizes.hold_check_seconds)
             else:
-                await _until(lambda: len(moved()) == len(moving),
-                             frozen_at + sizes.lost_timeout_seconds + sizes.move_timeout_seconds)
+                await until(lambda: len(moved()) == len(moving),
+                            frozen_at + sizes.lost_timeout_seconds + sizes.move_timeout_seconds)
             moved_after = moved()
         finally:
             env.plane.clusters[victim].resume()
         thawed_at = time.monotonic()
         occupancy.thawed()
-        cleaned = await _until(lambda: not occupancy.on_two_or_more(),
-                               thawed_at + sizes.cleanup_timeout_seconds)
+        cleaned = await until(lambda: not occupancy.on_two_or_more(),
+                              thawed_at + sizes.cleanup_timeout_seconds)
         cleanup = time.monotonic() - thawed_at
         kept = [n for n in moving if victim in occupancy.running.get(n, ())]
         return {
@@ -214,7 +232,8 @@ async def oversubscribed(system: System, *, workers: int, sizes: ScenarioSizes
                          ) -> dict[str, Any]:
     q = sizes.quota_cpu_per_worker
     allowed_per_worker = q // JOB_CPU
-    quota, manager_quota = _quota(allowed_per_worker), _quota(allowed_per_worker * workers)
+    quota = job_quota(allowed_per_worker)
+    manager_quota = job_quota(allowed_per_worker * workers)
     allowed = allowed_per_worker * workers
     jobs = 3 * allowed
     async with running_system(system, workers=workers, log_name=f"{system.name}-oversub",
@@ -256,8 +275,8 @@ async def steady(system: System, *, workers: int, sizes: ScenarioSizes) -> dict[
             tasks.append(asyncio.create_task(creator.create(name)))
         await asyncio.gather(*tasks)
         created_seconds = time.monotonic() - started
-        await _until(lambda: len(occupancy.first_running) >= count,
-                     time.monotonic() + sizes.steady_tail_seconds)
+        await until(lambda: len(occupancy.first_running) >= count,
+                    time.monotonic() + sizes.steady_tail_seconds)
         latencies = [occupancy.first_running[n] - creator.created_at[n] for n in names
                      if n in occupancy.first_running and n in creator.created_at]
         worker_steps = steps(
@@ -284,16 +303,16 @@ async def complete(system: System, *, workers: int, sizes: ScenarioSizes) -> dic
     waves = 3
     jobs = waves * allowed
     async with running_system(system, workers=workers, log_name=f"{system.name}-complete",
-                              quota=_quota(allowed_per_worker),
-                              manager_quota=_quota(allowed), real_chain=sizes.real_chain,
+                              quota=job_quota(allowed_per_worker),
+                              manager_quota=job_quota(allowed), real_chain=sizes.real_chain,
                               run_seconds=sizes.complete_run_seconds) as (env, _occupancy):
         manager = JobWatch(env.clients["manager"], NAMESPACE, label="complete")
         await manager.informer.synced.wait()
         creator = Creator(env)
         started = time.monotonic()
         names = await creator.burst(jobs, prefix="short", run_seconds=sizes.complete_run_seconds)
-        await _until(lambda: len(manager.finished) >= jobs,
-                     started + sizes.complete_timeout_seconds)
+        await until(lambda: len(manager.finished) >= jobs,
+                    started + sizes.complete_timeout_seconds)
         await manager.stop()
         finished = {n: manager.finished[n] for n in names if n in manager.finished}
         complete = {n: at for n, (at, outcome) in finished.items() if outcome == CONDITION_COMPLETE}
@@ -312,26 +331,3 @@ async def complete(system: System, *, workers: int, sizes: ScenarioSizes) -> dic
                                                for n, at in complete.items()]),
             "timeline": [round(at - started, 2) for at in sorted(complete.values())],
         }
-
-
-SCENARIO_RUNS = {"frozen": frozen, "oversubscribed": oversubscribed, "steady": steady,
-                 "complete": complete}
-
-
-async def run_scenarios(systems: dict[str, System], *, workers: int, scenarios: list[str],
-                        sizes: ScenarioSizes, only_in: dict[str, str] | None = None
-                        ) -> dict[str, dict[str, Any]]:
-    """scenario -> system -> result; systems alternate within each scenario. A system
-    named in `only_in` runs only in the scenario given there."""
-    results: dict[str, dict[str, Any]] = {}
-    for scenario in scenarios:
-        results[scenario] = {}
-        for name, system in systems.items():
-            if (only_in or {}).get(name, scenario) != scenario:
-                continue
-            print(f"peer scenario {scenario}: {name} ...", flush=True)
-            result = await SCENARIO_RUNS[scenario](system, workers=workers, sizes=sizes)
-            results[scenario][name] = result
-            print({k: v for k, v in result.items() if k not in ("timeline", "latencies")},
-                  flush=True)
-    return results

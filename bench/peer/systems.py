@@ -47,6 +47,9 @@ SYSTEMS = {
     "dispatcher-fair-wait": System(name="dispatcher-fair-wait", kind="dispatcher",
                                    worker_kueue=KUEUE_TUNED,
                                    dispatcher={"workers": {"whenLost": "Wait"}}),
+    "dispatcher-fair-preempt": System(
+        name="dispatcher-fair-preempt", kind="dispatcher", worker_kueue=KUEUE_TUNED,
+        dispatcher={"placement": {"preemption": {"policy": "LowerPriority"}}}),
     "dispatcher-check": System(name="dispatcher-check", kind="dispatcher",
                                worker_kueue=KUEUE_TUNED, manager_kueue=KUEUE_TUNED,
                                dispatcher={"admissionCheck": {
@@ -76,7 +79,9 @@ SYSTEMS = {
 run Kueue with the same settings as the tuned MultiKueue's workers; `dispatcher-check`
 is the symmetric setting: the same manager-side Kueue (settings, ClusterQueue, quota) as
 MultiKueue's, with the dispatcher as its AdmissionCheck instead; `-wait` keeps a
-lost worker's jobs there (`workers.whenLost: Wait`; only the frozen scenario differs).
+lost worker's jobs there (`workers.whenLost: Wait`; only the frozen scenario differs);
+`-preempt` lets an urgent job preempt lower-priority ones
+(`placement.preemption.policy: LowerPriority`; only the preemption scenario differs).
 `multikueue-shipped` runs the configuration Kueue's manifests install (clientConnection
 50/100, 5 Workload reconcilers); `multikueue-qps` raises only clientConnection (the
 issue's 1.3 jobs/s setting); `-tuned` also gives the Workload and TrainJob reconcilers

@@ -11,6 +11,8 @@ admission request through the webhook succeeds. `await stop()` removes those
 configurations (so the cluster keeps working without Kueue) and ends the process;
 `kill()` ends it at once. The cluster should run the garbage collector: Workloads are
 owned by their jobs and only the collector frees their quota when a job is deleted.
+`KueueSettings(feature_gates=...)` turns on more of Kueue's feature gates (the
+visibility API is always off).
 
 Kueue reads metrics serving certificates from a fixed path when its internal certificate
 management is off (as here, so that the webhook certificate can be our own); a
@@ -101,6 +103,9 @@ class KueueSettings:
     concurrency: dict[str, int] = field(default_factory=dict)
     multikueue: MultiKueueSettings | None = None
     log_level: str = "info"  # zap: debug, info, error, or an integer > 0 (more verbose)
+    feature_gates: tuple[str, ...] = ()
+    """Feature gates beside FEATURE_GATES, as `Name=true` (e.g.
+    `MultiKueueOrchestratedPreemption=true`)."""
 
 
 def _b64(data: bytes) -> str:
@@ -130,6 +135,11 @@ def configuration(*, ports: dict[str, int], cert_dir: Path, settings: KueueSetti
             "workerLostTimeout": mk.worker_lost_timeout, "dispatcherName": mk.dispatcher_name,
         }
     return config
+
+
+def feature_gates(settings: KueueSettings) -> str:
+    """The value of Kueue's `--feature-gates`: FEATURE_GATES and the settings' own."""
+    return ",".join((FEATURE_GATES, *settings.feature_gates))
 
 
 def _kept(webhook: JSON) -> bool:
@@ -222,7 +232,8 @@ class KueueManager:
         self.process = ManagedProcess(
             name=f"{cluster.name}/kueue",
             argv=[str(binary), f"--config={config_path}",
-                  f"--feature-gates={FEATURE_GATES}", f"--zap-log-level={self.settings.log_level}"],
+                  f"--feature-gates={feature_gates(self.settings)}",
+                  f"--zap-log-level={self.settings.log_level}"],
             log_path=cluster.directory / "kueue.log",
             env=env,
         )

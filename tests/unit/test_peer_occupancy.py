@@ -36,3 +36,17 @@ def test_two_workers_at_once_are_counted_once_and_apart_after_the_thaw() -> None
     occupancy._update("a", "j", False)  # the stale copy is collected
     assert occupancy.on_two_or_more() == [] and occupancy.total == 1
     assert occupancy.max_per_worker == {"a": 1, "b": 1}
+
+
+def test_every_stop_of_a_running_copy_is_logged_with_its_worker() -> None:
+    occupancy = Occupancy({}, "bench")
+    occupancy.per_worker = {"a": 0, "b": 0}
+    occupancy.max_per_worker = {"a": 0, "b": 0}
+    occupancy._update("a", "j", False)  # never ran there: no stop
+    occupancy._update("a", "j", True)
+    occupancy._update("a", "j", False)  # suspended (preempted)
+    occupancy._update("a", "j", False)  # then deleted: the same stop
+    occupancy._update("b", "j", True)
+    occupancy._update("b", "j", False)
+    assert [(job, worker) for _, job, worker in occupancy.stopped] == [("j", "a"), ("j", "b")]
+    assert occupancy.total == 0
