@@ -175,7 +175,8 @@ class SchedulingLoop:
             previous.worker == decision.preempting_on) else frozenset()
         self.nominations[decision.uid] = Nomination(
             decision.preempting_on, frozenset(v.uid for v in decision.victims),
-            frozenset(v.uid for v in decision.awaiting))
+            frozenset(v.uid for v in decision.awaiting), message=decision.message,
+            cleared=decision.cleared)
         for victim in decision.victims:
             if victim.uid not in before:
                 log.info("job %s preempts %s on worker %s", decision.key, victim.key,

@@ -33,8 +33,10 @@ passes it back each pass), the job's demand is held on that worker, so no job af
 takes the room (a victim, of lower priority, comes later in the queue), its victims
 are not chosen again by another job, and the job waits there until they are gone; then
 it is placed like any other.
-A nomination whose worker is no longer usable, or whose victims are all gone while the
-job still does not fit, is chosen again.
+A nomination whose worker is no longer usable is chosen again; one whose victims are all
+gone while the job still does not fit keeps waiting there for their room to come back (a
+worker's Kueue frees a deleted mirror's quota only when its Workload goes) for up to
+`ROOM_RETURN_SECONDS`, and is then chosen again.
 
 A pass judges alike jobs once: jobs that ask the same of the workers (demand, selector,
 exclusions, runtimes, priority class: `_shape_key`) share who could hold them, and, while
@@ -144,6 +146,8 @@ class Decision:
     """`Preempting`: the jobs there that must end to make room for it."""
     awaiting: tuple[Running, ...] = ()
     """`Preempting`: lower-priority jobs already leaving there, whose room it counts on."""
+    cleared: float | None = None
+    """`Preempting`: when its victims were first seen gone, their room not yet back."""
 
 
 @dataclass(frozen=True)
@@ -155,11 +159,21 @@ class Nomination:
     """The victims' UIDs."""
     awaiting: frozenset[str] = frozenset()
     """The UIDs of the leaving jobs whose room it counts on."""
+    message: str = ""
+    """What its decision said: kept while it waits, so the job's status stays as it is."""
+    cleared: float | None = None
+    """Wall-clock seconds when its victims were first seen gone while the job did not fit
+    yet: a worker's Kueue frees a deleted mirror's quota only when its Workload goes."""
 
     @property
     def held(self) -> frozenset[str]:
         return self.victims | self.awaiting
 
+
+ROOM_RETURN_SECONDS = 30.0
+"""How long a nomination whose victims are gone keeps waiting on its worker for their
+room to come back before the choice is made again (a worker lost or cordoned meanwhile
+ends it at once)."""
 
 RunningJobs = Callable[[], Mapping[str, Sequence[Running]]]
 """Worker -> the jobs holding quota there (booked or with a live mirror), read when a
@@ -380,6 +394,13 @@ def schedule(
         if held is not None and any(w.name == held.worker for w in usable):
             remaining = tuple(v for v in running_now().get(held.worker, ())
                               if v.uid in held.held)
+            cleared = now if held.cleared is None else held.cleared
+            if not remaining and now - cleared < ROOM_RETURN_SECONDS:
+                hold(job, held.worker, +1)  # the victims are gone, their room not yet back
+                return Decision(job.key, job.uid, None, c.REASON_PREEMPTING,
+                                held.message or f"waiting on worker {held.worker} for the "
+                                "room of the jobs it preempted", preempting_on=held.worker,
+                                cleared=cleared)
         if remaining:
             assert held is not None
             choice = Preemption(held.worker,

@@ -19,7 +19,14 @@ from dispatcher.placement.preemption import (
     choose_preemption,
     victims_on,
 )
-from dispatcher.placement.scheduler import Nomination, PendingJob, WorkerView, schedule
+from dispatcher.placement.scheduler import (
+    ROOM_RETURN_SECONDS,
+    Decision,
+    Nomination,
+    PendingJob,
+    WorkerView,
+    schedule,
+)
 
 NOW = 10_000.0
 
@@ -248,3 +255,32 @@ def test_a_leaving_job_of_equal_priority_is_not_awaited() -> None:
                           preemption=PreemptionPolicy.LOWER_PRIORITY,
                           running=lambda: placed, now=NOW)
     assert decision.reason == c.REASON_WAITING_FOR_QUOTA
+
+
+def test_victims_gone_before_their_room_is_back_are_waited_for_not_replaced() -> None:
+    """A worker's Kueue frees a deleted mirror's quota when its Workload goes, after the
+    mirror: the urgent job keeps its worker (and its message) and stops no second job,
+    for ROOM_RETURN_SECONDS; then it chooses again."""
+    placed = {"a": [running("a-old", 4, worker="a", priority=1)]}
+    # a-new's mirror is gone; its Workload still holds 4 of worker a's 8: all used
+    said = "preempting 1 lower-priority job on worker a to make room: a-new (priority 1)"
+    held = Nomination("a", frozenset({"a-new"}), message=said)
+    urgent = pending_job("urgent", 4, priority=9)
+
+    def decide(nomination: Nomination, now: float) -> Decision:
+        [decision] = schedule([urgent], [worker_view("a", 8, 8)],
+                              preemption=PreemptionPolicy.LOWER_PRIORITY,
+                              nominations={"urgent": nomination}, running=lambda: placed,
+                              now=now)
+        return decision
+    first = decide(held, NOW)
+    assert (first.reason, first.preempting_on, first.victims, first.message, first.cleared) == (
+        c.REASON_PREEMPTING, "a", (), said, NOW)
+    waited = dataclasses.replace(held, victims=frozenset(), cleared=first.cleared)
+    assert decide(waited, NOW + ROOM_RETURN_SECONDS - 1).victims == ()
+    again = decide(waited, NOW + ROOM_RETURN_SECONDS)
+    assert [v.key for v in again.victims] == ["a-old"], "the room never came back"
+    [placed_now] = schedule([urgent], [worker_view("a", 8, 4)],
+                            preemption=PreemptionPolicy.LOWER_PRIORITY,
+                            nominations={"urgent": waited}, running=lambda: placed, now=NOW)
+    assert placed_now.worker == "a", "placed as soon as the room is back"
