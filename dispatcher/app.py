@@ -40,7 +40,7 @@ from dispatcher.controllers.jobs.snapshot import SnapshotReader
 from dispatcher.controllers.jobs.worker_side import WorkerWriter
 from dispatcher.controllers.logs import JobLogs
 from dispatcher.controllers.scheduling import SchedulingLoop
-from dispatcher.controllers.victims import running_jobs
+from dispatcher.controllers.victims import running_jobs, still_joining
 from dispatcher.controllers.workerclusters import WorkerClustersController
 from dispatcher.controllers.workers import ConnectionOptions, WorkerConnection, WorkerRegistry
 from dispatcher.kinds import JobKind
@@ -180,10 +180,10 @@ class LeaderTerm:
             on_decision=self._on_decision, on_pass=metrics.scheduling_pass,
             preemption=(cfg.placement.preemption.policy
                         if not cfg.admission_check.controller_name else PreemptionPolicy.NEVER),
-            running=lambda: running_jobs(self.registry.workers.values(), ledger=ledger,
-                                         records=self.records,
-                                         victims=self.scheduling.victims_on,
-                                         now=clock.time()),
+            running=lambda: {} if any(map(still_joining, self.registry.workers.values()))
+            else running_jobs(self.registry.workers.values(), ledger=ledger,
+                              records=self.records, victims=self.scheduling.victims_on,
+                              now=clock.time()),
             wall=clock.time, on_victim=lambda key: self.queue.add(key, lane=Lane.PROMPT),
         )
         self.admission = _admission(self, manager, settings)

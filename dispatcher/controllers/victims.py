@@ -8,6 +8,11 @@ made (the run a preemption would lose). A mirror with no record placing it there
 (an orphan, the garbage collector's) is no one's to preempt. A mirror being deleted
 (`deletionTimestamp`: a victim taken off before a restart, an eviction) is *leaving*: its
 room comes back without stopping anyone, whoever's record it is.
+
+While a registered worker is still joining (connecting, or active with its caches not
+synced or its stale mirrors not collected), no job is offered as a victim anywhere: a
+preemption chosen then (right after a start or a leader change) could stop jobs on one
+worker where a cheaper set, or free room, waits on the worker not yet seen.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import datetime
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
+from dispatcher.api import constants as c
 from dispatcher.controllers.jobs.records import PlacementRecords
 from dispatcher.controllers.workers import WorkerConnection
 from dispatcher.placement.ledger import Ledger
@@ -30,6 +36,12 @@ def _created(obj: dict[str, Any] | None, default: float) -> float:
         return datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return default
+
+
+def still_joining(worker: WorkerConnection) -> bool:
+    if worker.reason == c.REASON_CONNECTING:
+        return True
+    return worker.active and not (worker.usable() and worker.collected)
 
 
 def running_jobs(workers: Iterable[WorkerConnection], *, ledger: Ledger,

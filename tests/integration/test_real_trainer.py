@@ -720,7 +720,7 @@ async def test_an_urgent_job_preempts_the_cheapest_victims_on_one_worker_and_the
     workers never sees two live mirrors of one job."""
     namespace = chain_namespace
     b_jobs = [f"b-{i}" for i in range(4)]
-    async with chain.runtime(slow_runtime("torch-slow", 20)), Preemptions(
+    async with chain.runtime(slow_runtime("torch-slow", 45)), Preemptions(
             chain, namespace) as setting:
         await dispatchers(**setting.config())
         await _fill_both_workers(setting, b_jobs)
@@ -731,7 +731,7 @@ async def test_an_urgent_job_preempts_the_cheapest_victims_on_one_worker_and_the
                          timeout=30)
         mirrored = asyncio.get_running_loop().time() - created
         # Its pods wait for the victim's to end: by the garbage collector's cascade
-        # from the deleted mirror, or by their own end (20 s), whichever comes first.
+        # from the deleted mirror, or by their own end (45 s), whichever comes first.
         await eventually(lambda: setting.runs("worker-a", "urgent", 2), timeout=120)
         took = asyncio.get_running_loop().time() - created
         print(f"urgent job mirrored on worker-a {mirrored:.1f}s and its 2 pods Running "
@@ -768,7 +768,7 @@ async def test_a_dispatcher_stopped_mid_preemption_stops_no_second_victim(
     job ever has two live mirrors, and every job completes."""
     namespace = chain_namespace
     b_jobs = [f"b-{i}" for i in range(4)]
-    async with chain.runtime(slow_runtime("torch-slow", 20)), Preemptions(
+    async with chain.runtime(slow_runtime("torch-slow", 45)), Preemptions(
             chain, namespace) as setting:
         first = await dispatchers(**setting.config())
         await _fill_both_workers(setting, b_jobs)
