@@ -288,17 +288,8 @@ async def test_deleting_a_finished_job_deletes_its_kept_mirror_at_once(
 ) -> None:
     """Kept for ten minutes, the finished mirror goes as soon as its job is deleted, and
     the job with it (the finalizer held it till then); nothing runs it again."""
-    manager, worker = plane.clients["manager"], plane.clients[WORKER]
     await start(dispatchers, plane, retain=600)
-    jobs, mirrors = Resource(manager, TRAINJOBS), Resource(worker, TRAINJOBS)
-    await jobs.create(trainjob("done", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
-                               runtime=RUNTIME, num_nodes=1,
-                               resources_per_node={"requests": {"cpu": "1"}}),
-                      namespace=namespace)
-    await eventually(lambda: running_pods(worker, namespace, "done", 1), timeout=60)
-    mirror = await mirrors.get("done", namespace=namespace)
-    assert mirror is not None
-    await eventually(lambda: end_pods(worker, namespace, "done"), timeout=10)
+    jobs, mirrors, mirror = await _run_to_its_end(plane, namespace, "done")
 
     async def finished_and_kept() -> bool:
         job = await jobs.get("done", namespace=namespace)
@@ -325,17 +316,9 @@ async def test_a_namespace_editor_cannot_make_a_kept_mirror_go_early_or_run_agai
     may write: a real RBAC-limited editor removes it. The dispatcher then only lets go of
     its finalizer; the mirror stays, proved by the worker's labels, until its time, and
     the finished job is never placed again."""
-    manager, worker = plane.clients["manager"], plane.clients[WORKER]
+    manager = plane.clients["manager"]
     await start(dispatchers, plane, retain=12)
-    jobs, mirrors = Resource(manager, TRAINJOBS), Resource(worker, TRAINJOBS)
-    await jobs.create(trainjob("edited", namespace, managed_by=MANAGED_BY_MULTIKUEUE,
-                               runtime=RUNTIME, num_nodes=1,
-                               resources_per_node={"requests": {"cpu": "1"}}),
-                      namespace=namespace)
-    await eventually(lambda: running_pods(worker, namespace, "edited", 1), timeout=60)
-    mirror = await mirrors.get("edited", namespace=namespace)
-    assert mirror is not None
-    await eventually(lambda: end_pods(worker, namespace, "edited"), timeout=10)
+    jobs, mirrors, mirror = await _run_to_its_end(plane, namespace, "edited")
 
     async def kept() -> bool:
         job = await jobs.get("edited", namespace=namespace)
@@ -357,3 +340,20 @@ async def test_a_namespace_editor_cannot_make_a_kept_mirror_go_early_or_run_agai
     await eventually(lambda: _gone(mirrors, "edited", namespace), timeout=40, interval=0.5)
     await asyncio.sleep(2)
     assert await mirrors.get("edited", namespace=namespace) is None  # never placed again
+
+
+async def _run_to_its_end(plane: Plane, namespace: str, name: str
+                          ) -> tuple[Resource, Resource, dict[str, Any]]:
+    """A one-node job run on the worker until its pod ends: the manager's and the
+    worker's TrainJobs, and its mirror."""
+    worker = plane.clients[WORKER]
+    jobs, mirrors = Resource(plane.clients["manager"], TRAINJOBS), Resource(worker, TRAINJOBS)
+    await jobs.create(trainjob(name, namespace, managed_by=MANAGED_BY_MULTIKUEUE,
+                               runtime=RUNTIME, num_nodes=1,
+                               resources_per_node={"requests": {"cpu": "1"}}),
+                      namespace=namespace)
+    await eventually(lambda: running_pods(worker, namespace, name, 1), timeout=60)
+    mirror = await mirrors.get(name, namespace=namespace)
+    assert mirror is not None
+    await eventually(lambda: end_pods(worker, namespace, name), timeout=10)
+    return jobs, mirrors, mirror
