@@ -189,8 +189,9 @@ class CpuMeter:
 
 
 def plane_pids(plane: LocalControlPlane) -> dict[str, int]:
-    """etcd, every API server and this process, by name."""
+    """Each etcd, every API server and this process, by name."""
     pids = {"etcd": plane.etcd.pid, "harness": os.getpid()}
+    pids.update({f"etcd/{name}": etcd.pid for name, etcd in plane.own_etcds.items()})
     pids.update({f"apiserver/{name}": c.apiserver.pid for name, c in plane.clusters.items()})
     return {name: pid for name, pid in pids.items() if pid is not None}
 
@@ -264,11 +265,14 @@ class RunningDispatcher:
     """Where its status page is served, on 127.0.0.1."""
 
 
-def _dispatcher_argv(config_path: Path) -> list[str]:
+def py_spy() -> str:
+    return shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+
+
+def _dispatcher_argv(config_path: Path, *, under_profiler: bool) -> list[str]:
     argv = [sys.executable, "-m", "dispatcher", "run", "--config", str(config_path)]
-    if os.environ.get("BENCH_PROFILE"):  # collapsed stacks of the dispatcher, via py-spy
-        py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-        argv = [py_spy, "record", "--format", "raw", "--rate", "200", "-o",
+    if under_profiler:  # collapsed stacks of the dispatcher, via py-spy
+        argv = [py_spy(), "record", "--format", "raw", "--rate", "200", "-o",
                 str(RESULTS / "profile.txt"), "--", *argv]
     return argv
 
@@ -284,11 +288,14 @@ def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 @asynccontextmanager
 async def running_dispatcher(plane: LocalControlPlane, workers: list[str], *,
-                             overrides: dict[str, Any] | None = None
+                             overrides: dict[str, Any] | None = None,
+                             under_profiler: bool | None = None,
                              ) -> AsyncIterator[RunningDispatcher]:
     """`dispatcher run` claiming NAMESPACE, the workers static with WORKER_QUOTA (and
     `overrides` laid over that configuration); its log goes to
-    bench/results/bench-dispatcher.log. Ready when the block starts."""
+    bench/results/bench-dispatcher.log. Ready when the block starts. Run under py-spy
+    (bench/results/profile.txt) when `under_profiler`, by default when BENCH_PROFILE is
+    set: then the process measured is py-spy's, with the dispatcher its child."""
     port, status_port = free_port(), free_port()
     config = {
         "managerKubeconfig": str(plane.clusters["manager"].kubeconfig_path),
@@ -306,7 +313,9 @@ async def running_dispatcher(plane: LocalControlPlane, workers: list[str], *,
     RESULTS.mkdir(parents=True, exist_ok=True)
     log = (RESULTS / "bench-dispatcher.log").open("wb")
     process = subprocess.Popen(  # noqa: ASYNC220 - started once, then only signalled
-        _dispatcher_argv(config_path), stdout=log, stderr=log)
+        _dispatcher_argv(config_path, under_profiler=bool(os.environ.get("BENCH_PROFILE"))
+                         if under_profiler is None else under_profiler),
+        stdout=log, stderr=log)
     try:
         await wait_ready(port, process)
         yield RunningDispatcher(process=process, port=port, status_port=status_port)

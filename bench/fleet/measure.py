@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,12 +28,14 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.harness import (
+    RESULTS,
     CpuMeter,
     JobWatch,
     RunningDispatcher,
     bounded,
     create_claimed,
     plane_pids,
+    py_spy,
     wait_for,
 )
 from devkit.localcluster import LocalControlPlane
@@ -69,6 +75,24 @@ def tcp_connections(pid: int) -> int:
             if fields[3] == "01" and fields[9] in inodes:
                 established += 1
     return established
+
+
+@contextmanager
+def profiled(dispatcher: RunningDispatcher, name: str) -> Iterator[None]:
+    """With BENCH_PROFILE set, py-spy samples the running dispatcher meanwhile (without
+    pausing it) into bench/results/`name` as collapsed stacks; else nothing."""
+    if not os.environ.get("BENCH_PROFILE"):
+        yield
+        return
+    sampler = subprocess.Popen(
+        [py_spy(), "record", "--pid", str(dispatcher.process.pid), "--rate", "100",
+         "--nonblocking", "--format", "raw", "-o", str(RESULTS / name)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        sampler.send_signal(signal.SIGINT)
+        sampler.wait(timeout=60)
 
 
 async def metrics(port: int) -> dict[str, float]:

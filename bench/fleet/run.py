@@ -2,10 +2,11 @@
 
     python -m bench fleet --workers 10,25,50
 
-For each N, on a control plane of its own (one etcd; the manager's API server as the
-other benchmarks run it; N worker API servers started lean, `LEAN_APISERVER_FLAGS`: no
-Trainer chain on any worker, so mirrors are TrainJob objects and their statuses are
-patched as trainers would, which is all the dispatcher sees of a worker):
+For each N, on a control plane of its own (the manager's API server as the other
+benchmarks run it, on an etcd of its own as a management cluster has; N worker API
+servers started lean, `LEAN_APISERVER_FLAGS`, sharing another etcd: no Trainer chain on
+any worker, so mirrors are TrainJob objects and their statuses are patched as trainers
+would, which is all the dispatcher sees of a worker):
 
 1. the machine's cost of a worker: each API server's resident memory, etcd's;
 2. `dispatcher run` (its defaults: probe every 10 s; client QPS raised as in every
@@ -24,13 +25,17 @@ patched as trainers would, which is all the dispatcher sees of a worker):
 6. the scheduler alone, in this process, over a grid of queue lengths and worker counts
    (bench/fleet/decision.py): the curve of one decision.
 
-Writes `bench/results/fleet.{json,md,png}` (bench/fleet/report.py).
+Writes `bench/results/fleet.{json,md,png}` (bench/fleet/report.py). With BENCH_PROFILE
+set, py-spy samples the dispatcher during the burst, the queueing and the live decisions
+(`fleet-<N>w-{burst,queue,decisions}-profile.txt` beside them, collapsed stacks); each
+size's dispatcher log is kept as `fleet-<N>w-bench-dispatcher.log`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +45,7 @@ from bench.fleet import measure
 from bench.fleet.decision import decision_curve
 from bench.harness import (
     NAMESPACE,
+    RESULTS,
     JobWatch,
     RunningDispatcher,
     connect,
@@ -87,7 +93,7 @@ async def _one_size(count: int, plan: Plan, *, lose_one: bool) -> dict[str, Any]
     names = [f"worker-{i:02d}" for i in range(count)]
     async with LocalControlPlane() as plane:
         started = time.monotonic()
-        await plane.start(["manager"])
+        await plane.start(["manager"], own_etcd=["manager"])  # workers share the other
         for first in range(0, len(names), START_AT_ONCE):  # 50 at once outrun 2 cores
             group = names[first:first + START_AT_ONCE]
             await plane.start(group, lean=group, crd_files=sorted(CRD_DIR.glob("*.yaml")),
@@ -97,17 +103,27 @@ async def _one_size(count: int, plan: Plan, *, lose_one: bool) -> dict[str, Any]
         clients = await connect(plane, concurrency=plan.concurrency)
         try:
             await prepare(clients)
-            async with running_dispatcher(plane, names, overrides={"workers": {
-                    "probeIntervalSeconds": PROBE_SECONDS,
-                    "lostTimeoutSeconds": LOST_TIMEOUT_SECONDS}}) as dispatcher:
+            async with running_dispatcher(plane, names, under_profiler=False, overrides={
+                    "workers": {"probeIntervalSeconds": PROBE_SECONDS,
+                                "lostTimeoutSeconds": LOST_TIMEOUT_SECONDS}}) as dispatcher:
                 result = await _measure(plane, dispatcher, clients, names, plan,
                                         lose_one=lose_one)
         finally:
             for client in clients.values():
                 await client.close()
+            _keep_beside(count, "bench-dispatcher.log")
     machine["available_mib_at_the_end"] = measure.available_mib()
     return {"workers": count, "control_plane_start_seconds": round(startup, 1),
             "machine": machine, **result}
+
+
+def _keep_beside(count: int, *names: str) -> None:
+    """The dispatcher's log of this size, kept as `fleet-<N>w-<name>` in bench/results
+    (not committed): the next size's dispatcher writes over it."""
+    for name in names:
+        source = RESULTS / name
+        if source.exists():
+            shutil.copyfile(source, RESULTS / f"fleet-{count}w-{name}")
 
 
 def _machine(plane: LocalControlPlane, names: list[str]) -> dict[str, Any]:
@@ -116,6 +132,7 @@ def _machine(plane: LocalControlPlane, names: list[str]) -> dict[str, Any]:
             "worker_apiserver_rss_mib_max": max(workers),
             "manager_apiserver_rss_mib": measure.rss_mib(plane.clusters["manager"].apiserver.pid),
             "etcd_rss_mib": measure.rss_mib(plane.etcd.pid),
+            "manager_etcd_rss_mib": measure.rss_mib(plane.own_etcds["manager"].pid),
             "available_mib": measure.available_mib()}
 
 
@@ -135,18 +152,22 @@ async def _measure(plane: LocalControlPlane, dispatcher: RunningDispatcher,
         before = await measure.metrics(dispatcher.port)
         status_task = asyncio.create_task(scenarios.status_sync(
             clients, watchers, manager_watch, warm.names))
-        main = await measure.burst(plane, dispatcher, manager, watchers, prefix="job",
-                                   jobs=plan.burst, concurrency=plan.concurrency)
+        with measure.profiled(dispatcher, f"fleet-{len(names)}w-burst-profile.txt"):
+            main = await measure.burst(plane, dispatcher, manager, watchers, prefix="job",
+                                       jobs=plan.burst, concurrency=plan.concurrency)
         status = await status_task
         after = await measure.metrics(dispatcher.port)
         lost = (await _lose_and_return(plane, dispatcher, clients, watchers, names[0])
                 if lose_one else None)
         queued_at = time.monotonic()
-        queued = await scenarios.queue_waiting_jobs(dispatcher, manager, count=plan.queued,
-                                                    concurrency=plan.concurrency)
+        with measure.profiled(dispatcher, f"fleet-{len(names)}w-queue-profile.txt"):
+            queued = await scenarios.queue_waiting_jobs(dispatcher, manager,
+                                                        count=plan.queued,
+                                                        concurrency=plan.concurrency)
         queue_seconds = time.monotonic() - queued_at
         with_queue = await measure.usage(dispatcher, seconds=plan.idle_seconds)
-        live = await _live_decisions(dispatcher, manager)
+        with measure.profiled(dispatcher, f"fleet-{len(names)}w-decisions-profile.txt"):
+            live = await _live_decisions(dispatcher, manager)
     finally:
         for watcher in (*watchers.values(), manager_watch):
             await watcher.stop()

@@ -35,7 +35,7 @@ from devkit.localcluster.trainer import (
 )
 from dispatcher.admin import register_worker
 from dispatcher.api import constants as c
-from dispatcher.api.kueue import WORKLOAD_PRIORITY_CLASSES
+from dispatcher.api.kueue import WORKLOAD_PRIORITY_CLASSES, WORKLOADS
 from dispatcher.api.trainer import CLUSTER_TRAINING_RUNTIMES, MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.api.workercluster import WORKER_CLUSTERS
 from dispatcher.app import Dispatcher
@@ -636,8 +636,10 @@ class Preemptions:
     the dispatcher's configuration, jobs pinned to a worker's pool, and a census of both
     workers (every 50 ms) that notes any job with two live mirrors."""
 
-    def __init__(self, chain: Chain, namespace: str) -> None:
+    def __init__(self, chain: Chain, namespace: str, *,
+                 classes_on: tuple[str, ...] = ("manager",)) -> None:
         self.chain, self.namespace = chain, namespace
+        self.classes_on = classes_on
         self.low, self.high = f"low-{namespace}", f"high-{namespace}"
         self.jobs = Resource(chain.clients["manager"], TRAINJOBS)
         self.mirrors = {w: Resource(chain.clients[w], TRAINJOBS) for w in WORKERS}
@@ -646,11 +648,12 @@ class Preemptions:
         """Job name -> every (worker, mirror UID) the census saw."""
 
     async def __aenter__(self) -> Preemptions:
-        classes = Resource(self.chain.clients["manager"], WORKLOAD_PRIORITY_CLASSES)
-        for name, value in ((self.low, 10), (self.high, 1000)):
-            await classes.create({"apiVersion": WORKLOAD_PRIORITY_CLASSES.api_version,
-                                  "kind": "WorkloadPriorityClass",
-                                  "metadata": {"name": name}, "value": value})
+        for cluster in self.classes_on:
+            classes = Resource(self.chain.clients[cluster], WORKLOAD_PRIORITY_CLASSES)
+            for name, value in ((self.low, 10), (self.high, 1000)):
+                await classes.create({"apiVersion": WORKLOAD_PRIORITY_CLASSES.api_version,
+                                      "kind": "WorkloadPriorityClass",
+                                      "metadata": {"name": name}, "value": value})
         self._census = asyncio.create_task(self._count())
         return self
 
@@ -821,6 +824,65 @@ async def test_no_preemption_when_it_fits_elsewhere_for_equal_priority_or_with_n
             assert not await setting.preempted(name), f"{name} was preempted"
             assert len(setting.mirror_uids[name]) == 1, f"{name} was moved"
     assert not setting.twice, f"two live mirrors of one job: {setting.twice[:5]}"
+
+
+async def test_a_workers_kueue_stops_no_second_job_for_the_dispatchers_preemptor(
+    chain: Chain, dispatchers: DispatcherRunner, chain_namespace: str,
+) -> None:
+    """On the worker running Kueue (its ClusterQueue preempts lower priorities itself),
+    four priority-10 jobs of 2 cpu fill its 8 cpu. A 2-cpu job of priority 1000 makes the
+    dispatcher stop one of them; its mirror reaches the worker's Kueue only once that
+    Kueue has the room back, so Kueue admits it without preempting: the other three keep
+    their one mirror and their Workloads are never evicted, and every job completes."""
+    namespace = chain_namespace
+    worker = chain.clients[KUEUE_WORKER]
+    cluster_queue = f"{namespace}-cq"
+    quota = {k: v for k, v in NODES.total().items() if k != "pods"}
+    await setup_queues(worker, cluster_queue_name=cluster_queue, local_queue_name="default",
+                       namespaces=[namespace], quota=quota,
+                       preemption={"withinClusterQueue": "LowerPriority"})
+    low_jobs = [f"low-{i}" for i in range(4)]
+    async with chain.runtime(slow_runtime("torch-slow", 45)), Preemptions(
+            chain, namespace, classes_on=("manager", KUEUE_WORKER)) as setting:
+        await dispatchers(mirror={"origin": namespace},
+                          placement={"preemption": {"policy": "LowerPriority"}},
+                          workers={"static": [{
+                              "name": KUEUE_WORKER,
+                              "kubeconfig": str(chain.plane.clusters[KUEUE_WORKER]
+                                                .kubeconfig_path),
+                              "quota": quota, "localQueue": "default",
+                              "clusterQueue": cluster_queue}]})
+        for name in low_jobs:
+            await setting.create(name, pool=None, cpu="2", nodes=1, priority=setting.low,
+                                 runtime_name="torch-slow")
+        await eventually(lambda: _all_run(setting, low_jobs), timeout=60)
+        await setting.create("urgent", pool=None, cpu="2", nodes=1, priority=setting.high,
+                             runtime_name="torch-slow")
+        await eventually(lambda: setting.runs(KUEUE_WORKER, "urgent", 1), timeout=120)
+        stopped = [name for name in low_jobs if await setting.preempted(name)]
+        assert len(stopped) == 1, f"the dispatcher stopped {stopped}"
+        evicted = await _evicted_workloads(worker, namespace)
+        assert not evicted, f"the worker's Kueue evicted {evicted} as well"
+        for name in low_jobs:
+            if name not in stopped:
+                assert len(setting.mirror_uids[name]) == 1, f"{name} was stopped too"
+        await _all_complete(setting, ["urgent", *low_jobs])
+    assert not setting.twice, f"two live mirrors of one job: {setting.twice[:5]}"
+
+
+async def _all_run(setting: Preemptions, names: list[str]) -> bool:
+    for name in names:
+        if not await setting.runs(KUEUE_WORKER, name, 1):
+            return False
+    return True
+
+
+async def _evicted_workloads(client: ClusterClient, namespace: str) -> list[str]:
+    """The Workloads in `namespace` that Kueue evicted or preempted at some point."""
+    listed = (await Resource(client, WORKLOADS).list(namespace=namespace))["items"]
+    return [w["metadata"]["name"] for w in listed
+            if any(cond["type"] in ("Evicted", "Preempted") and cond["status"] == "True"
+                   for cond in (w.get("status") or {}).get("conditions") or [])]
 
 
 async def _waits_for_quota(setting: Preemptions, name: str) -> None:
