@@ -3,7 +3,8 @@
     python -m bench fleet --workers 10,25,50
     python -m bench fleet --quick          # 3 and 8 workers, small bursts: a few minutes
 
-Writes `bench/results/fleet.{json,md,png}` (see bench/fleet/run.py).
+Writes `bench/results/fleet.{json,md,png}`, or `fleet-<counts>w.*` for other counts
+(see bench/fleet/run.py).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from bench.fleet.report import write_reports
 from bench.fleet.run import Plan, benchmark
 
 SUMMARY = "one dispatcher and 10, 25, 50 lean workers"
+DEFAULT_WORKERS = "10,25,50"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workers", default="10,25,50",
+    parser.add_argument("--workers", default=DEFAULT_WORKERS,
                         help="comma-separated worker counts, one control plane each")
     parser.add_argument("--burst", type=int, default=5000)
     parser.add_argument("--queued", type=int, default=20000)
@@ -36,5 +38,7 @@ def run(args: argparse.Namespace) -> None:
                 status_sample=min(args.status_sample, 100 if args.quick else args.status_sample),
                 idle_seconds=10.0 if args.quick else args.idle_seconds,
                 concurrency=args.concurrency)
-    stem = write_reports(asyncio.run(benchmark(sizes=sizes, plan=plan)))
+    name = ("fleet-quick" if args.quick else "fleet" if args.workers == DEFAULT_WORKERS
+            else f"fleet-{args.workers.replace(',', '-')}w")
+    stem = write_reports(asyncio.run(benchmark(sizes=sizes, plan=plan)), name=name)
     print(stem.with_suffix(".md").read_text())

@@ -1,4 +1,5 @@
-"""The fleet benchmark's reports: `bench/results/fleet.json`, `.md` and `.png`.
+"""The fleet benchmark's reports: `bench/results/fleet.json`, `.md` and `.png` (for
+other worker counts than 10,25,50, `fleet-<counts>w.*`; with `--quick`, `fleet-quick.*`).
 
 The JSON is `bench.fleet.run.benchmark`'s result; the markdown has one row per worker
 count (the machine's cost of a worker, the dispatcher at rest, the burst, the queue),
@@ -56,6 +57,24 @@ def lost_rows(result: dict[str, Any]) -> list[str]:
     return rows
 
 
+def cpu_rows(result: dict[str, Any]) -> list[str]:
+    """Where the machine's two cores went during each burst."""
+    rows = ["| workers | burst s | dispatcher CPU s | manager API server | workers' API "
+            "servers: sum / max | etcd (workers' / manager's) | all processes |",
+            "| ---: | ---: | ---: | ---: | --- | --- | ---: |"]
+    for size in result["sizes"]:
+        cpu = size["burst"]["cpu_seconds"]
+        workers = [v for k, v in cpu.items() if k.startswith("apiserver/worker")]
+        jobs, rate = size["burst"]["jobs"], size["burst"]["jobs_per_second"]
+        rows.append(
+            f"| {size['workers']} | {round(jobs / rate, 1) if rate else '-'} | "
+            f"{cpu.get('dispatcher', '-')} | {cpu.get('apiserver/manager', '-')} | "
+            f"{round(sum(workers), 1)} / {max(workers, default=0)} | "
+            f"{cpu.get('etcd', '-')} / {cpu.get('etcd/manager', '-')} | "
+            f"{cpu.get('total', '-')} |")
+    return rows
+
+
 def curve_rows(result: dict[str, Any]) -> list[str]:
     rows = ["| job shapes | workers | queued | one pass (ms) | one decision (us) |",
             "| ---: | ---: | ---: | ---: | ---: |"]
@@ -74,6 +93,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"{plan['idle_seconds']:g} s each time. Workers run no Trainer chain (lean API "
         "servers); see bench/fleet/run.py.\n\n"
         + "\n".join(size_rows(result)) + "\n\n" + "\n".join(lost_rows(result)) + "\n\n"
+        "CPU during the burst, by process (seconds):\n\n" + "\n".join(cpu_rows(result))
+        + "\n\n"
         "The scheduler alone (in the harness's process), every worker full so every job "
         "waits:\n\n" + "\n".join(curve_rows(result)) + "\n")
 
@@ -118,9 +139,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     figure.savefig(path, dpi=100)
 
 
-def write_reports(result: dict[str, Any]) -> Path:
+def write_reports(result: dict[str, Any], *, name: str = "fleet") -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS / "fleet"
+    stem = RESULTS / name
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     stem.with_suffix(".md").write_text(markdown(result))
     plot(result, stem.with_suffix(".png"))

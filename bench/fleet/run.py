@@ -22,8 +22,9 @@ would, which is all the dispatcher sees of a worker):
 5. `queued` jobs that each ask for a whole worker: they wait; at rest again (the slope of
    RSS per queued job), then small jobs one a second, each a scheduling pass over the
    whole queue: the dispatcher's own pass time per decision (its metrics);
-6. the scheduler alone, in this process, over a grid of queue lengths and worker counts
-   (bench/fleet/decision.py): the curve of one decision.
+6. the scheduler alone, in this process, over a grid of queue lengths (to 100,000) and
+   worker counts (to 500, `CURVE_WORKERS`) (bench/fleet/decision.py): the curve of one
+   decision.
 
 Writes `bench/results/fleet.{json,md,png}` (bench/fleet/report.py). With BENCH_PROFILE
 set, py-spy samples the dispatcher during the burst, the queueing and the live decisions
@@ -65,6 +66,8 @@ LOST_TIMEOUT_SECONDS = 10.0
 PROBE_SECONDS = 10.0
 """`workers.probeIntervalSeconds`: the dispatcher's default."""
 DECISION_PROBES = 5
+CURVE_WORKERS = (10, 50, 500)
+"""The scheduler alone is timed at these worker counts too: the model goes to 500."""
 START_AT_ONCE = 5
 """Worker API servers started together: 50 at once did not all get ready in 60 s here."""
 READY_SECONDS = 300.0
@@ -84,7 +87,8 @@ async def benchmark(*, sizes: list[int], plan: Plan) -> dict[str, Any]:
     for count in sizes:
         runs.append(await _one_size(count, plan, lose_one=count == max(sizes)))
         print(f"fleet: {count} workers measured: {json.dumps(runs[-1])}", flush=True)
-    curve = decision_curve(queues=(1000, 5000, 20000), workers=tuple(sorted(set(sizes))),
+    curve = decision_curve(queues=(1000, 5000, 20000, 100000),
+                           workers=tuple(sorted(set(sizes) | set(CURVE_WORKERS))),
                            shapes=(8, 500))
     return {"plan": plan.__dict__, "sizes": runs, "decision_curve": curve}
 
