@@ -12,7 +12,7 @@ import pytest_asyncio
 
 from devkit.fakeclock import settle
 from dispatcher.api import constants as c
-from dispatcher.controllers.scheduling import SchedulingLoop, VerdictTimes
+from dispatcher.controllers.scheduling import SchedulingLoop
 from dispatcher.placement.ledger import Ledger
 from dispatcher.placement.options import PlacementPolicy, QueueingStrategy
 from dispatcher.placement.scheduler import Decision, PendingJob, WorkerView
@@ -28,12 +28,10 @@ class Setup:
         self.ledger = Ledger()
         self.cpu = 8
         self.passes = 0
-        self.wall = 1000.0
         self.decisions: list[Decision] = []
         self.loop = SchedulingLoop(
             ledger=self.ledger, workers=self._workers, policy=PlacementPolicy.MOST_FREE,
-            strategy=QueueingStrategy.BEST_EFFORT_FIFO, on_decision=self.decisions.append,
-            wall=lambda: self.wall)
+            strategy=QueueingStrategy.BEST_EFFORT_FIFO, on_decision=self.decisions.append)
 
     def _workers(self) -> list[WorkerView]:
         self.passes += 1
@@ -92,26 +90,3 @@ async def test_withdrawing_a_reservation_frees_its_quota_for_the_next_pass(
     await settle()
     assert setup.ledger.get("j1") is None
     assert setup.reported()[-1] == ("j2", "w1", c.REASON_PLACED)
-
-
-async def test_a_waiting_verdict_keeps_when_it_began_and_when_the_wait_began(
-        setup: Setup) -> None:
-    """What the reconciler's quiet period is measured from: a new message restarts the
-    verdict's time, not the wait's; a placement ends both."""
-    setup.loop.ready.set()
-    setup.loop.submit(_job("j1", 6))
-    setup.loop.submit(_job("j2", 6))
-    await settle()
-    assert setup.loop.verdict_times["j2"] == VerdictTimes(since=1000.0, waiting_since=1000.0)
-    setup.wall = 1005.0
-    setup.loop.trigger()  # the same verdict: its time stays
-    await settle()
-    assert setup.loop.verdict_times["j2"].since == 1000.0
-    setup.cpu = 7  # "best: w1 with 1" instead of 2: a new message
-    setup.loop.trigger()
-    await settle()
-    assert setup.loop.verdict_times["j2"] == VerdictTimes(since=1005.0, waiting_since=1000.0)
-    setup.loop.withdraw("j1")
-    await settle()
-    assert setup.reported()[-1] == ("j2", "w1", c.REASON_PLACED)
-    assert "j2" not in setup.loop.verdict_times
