@@ -66,7 +66,11 @@ async def test_a_queue_borrows_from_its_cohort_and_the_dispatcher_offers_it(
     placed = [await placed_on(kueue_clusters, ns, name) for name in names]
     assert sorted(placed) == ["", "worker-a", "worker-a", "worker-a"]
     waiting = names[placed.index("")]
-    assert (await dispatched(kueue_clusters, ns, waiting))["reason"] == c.REASON_WAITING_FOR_QUOTA
+
+    async def shown_waiting() -> bool:  # once its wait has lasted the quiet period
+        shown = await dispatched(kueue_clusters, ns, waiting)
+        return shown.get("reason") == c.REASON_WAITING_FOR_QUOTA
+    await eventually(shown_waiting, timeout=10, interval=0.2)
     room = dispatcher.capacities.of(dispatcher.registry.workers["worker-a"])
     assert room.free["cpu"] == 0 and room.used_by_us["cpu"] == Fraction(6)
 
