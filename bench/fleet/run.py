@@ -115,19 +115,18 @@ async def _one_size(count: int, plan: Plan, *, lose_one: bool) -> dict[str, Any]
         finally:
             for client in clients.values():
                 await client.close()
-            _keep_beside(count, "bench-dispatcher.log")
+            _keep_log(count)
     machine["available_mib_at_the_end"] = measure.available_mib()
     return {"workers": count, "control_plane_start_seconds": round(startup, 1),
             "machine": machine, **result}
 
 
-def _keep_beside(count: int, *names: str) -> None:
-    """The dispatcher's log of this size, kept as `fleet-<N>w-<name>` in bench/results
-    (not committed): the next size's dispatcher writes over it."""
-    for name in names:
-        source = RESULTS / name
-        if source.exists():
-            shutil.copyfile(source, RESULTS / f"fleet-{count}w-{name}")
+def _keep_log(count: int) -> None:
+    """This size's dispatcher log, kept as `fleet-<N>w-bench-dispatcher.log` in
+    bench/results (not committed): the next size's dispatcher writes over it."""
+    source = RESULTS / "bench-dispatcher.log"
+    if source.exists():
+        shutil.copyfile(source, RESULTS / f"fleet-{count}w-{source.name}")
 
 
 def _machine(plane: LocalControlPlane, names: list[str]) -> dict[str, Any]:
