@@ -65,6 +65,9 @@ class SchedulingLoop:
     ) -> None:
         self.ledger = ledger
         self.pending: dict[str, PendingJob] = {}
+        self._missing: dict[str, collections.Counter[str]] = collections.defaultdict(
+            collections.Counter)
+        """Worker -> why a pending job cannot run there -> how many pending jobs."""
         self.reservations: dict[str, str] = {}
         self.decisions: dict[str, Decision] = {}
         self.nominations: dict[str, Nomination] = {}
@@ -83,14 +86,13 @@ class SchedulingLoop:
         """Set once the ledger is rebuilt; no pass runs before."""
 
     def submit(self, job: PendingJob) -> None:
-        previous = self.pending.get(job.uid)
-        self.pending[job.uid] = job
+        previous = self._replace(job.uid, job)
         if previous != job:
             self.trigger()
 
     def withdraw(self, uid: str) -> None:
         """Forget a job's pending entry and any reservation not yet recorded."""
-        self.pending.pop(uid, None)
+        self._replace(uid, None)
         self.decisions.pop(uid, None)
         self.nominations.pop(uid, None)
         if self.reservations.pop(uid, None) is not None:
@@ -119,10 +121,23 @@ class SchedulingLoop:
 
     def missing_runtimes(self, worker: str) -> list[str]:
         """Why pending jobs cannot run on `worker` with its runtimes, and for how many."""
-        counts = collections.Counter(job.missing_on[worker] for job in self.pending.values()
-                                     if worker in job.missing_on)
+        counts = self._missing.get(worker, {})
         return [f"{why} (needed by {n} pending job{'s' if n > 1 else ''})"
-                for why, n in sorted(counts.items())]
+                for why, n in sorted(counts.items()) if n > 0]
+
+    def _replace(self, uid: str, job: PendingJob | None) -> PendingJob | None:
+        """Set (or, with None, remove) a pending entry, keeping the counts of what is
+        missing where in step; the previous entry back."""
+        previous = self.pending.get(uid) if job is not None else self.pending.pop(uid, None)
+        for worker, why in (previous.missing_on.items() if previous is not None else ()):
+            self._missing[worker][why] -= 1
+            if self._missing[worker][why] <= 0:
+                del self._missing[worker][why]
+        if job is not None:
+            self.pending[uid] = job
+            for worker, why in job.missing_on.items():
+                self._missing[worker][why] += 1
+        return previous
 
     def trigger(self) -> None:
         self._wakeup.set()
@@ -148,7 +163,7 @@ class SchedulingLoop:
                 except LedgerError:
                     log.exception("refused a placement that breaks the ledger's invariants")
                     continue
-                del self.pending[decision.uid]
+                self._replace(decision.uid, None)
                 self.decisions.pop(decision.uid, None)
                 self.reservations[job.uid] = decision.worker
                 self._on_decision(decision)

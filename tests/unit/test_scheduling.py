@@ -5,10 +5,14 @@ reported only when it changes. The loop reads no clock: `settle` only lets it ru
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 from collections.abc import AsyncIterator
 from fractions import Fraction
 
 import pytest_asyncio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from devkit.fakeclock import settle
 from dispatcher.api import constants as c
@@ -90,3 +94,30 @@ async def test_withdrawing_a_reservation_frees_its_quota_for_the_next_pass(
     await settle()
     assert setup.ledger.get("j1") is None
     assert setup.reported()[-1] == ("j2", "w1", c.REASON_PLACED)
+
+
+_WHY = ("lacks runtime torch", "has no GPUs")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(
+    st.sampled_from(["submit", "withdraw", "pass"]), st.sampled_from(["j1", "j2", "j3", "j4"]),
+    st.dictionaries(st.sampled_from(["w1", "w2"]), st.sampled_from(_WHY), max_size=2),
+    st.integers(1, 9))))
+def test_missing_runtimes_count_the_pending_jobs_as_a_full_scan_would(
+        steps: list[tuple[str, str, dict[str, str], int]]) -> None:
+    s = Setup()
+    s.loop.ready.set()
+    for step, uid, missing, cpu in steps:
+        if step == "submit":
+            s.loop.submit(dataclasses.replace(_job(uid, cpu), missing_on=missing))
+        elif step == "withdraw":
+            s.loop.withdraw(uid)
+        else:
+            s.loop.run_pass()
+        for worker in ("w1", "w2"):
+            scan = collections.Counter(job.missing_on[worker] for job in s.loop.pending.values()
+                                       if worker in job.missing_on)
+            assert s.loop.missing_runtimes(worker) == [
+                f"{why} (needed by {n} pending job{'s' if n > 1 else ''})"
+                for why, n in sorted(scan.items())]
