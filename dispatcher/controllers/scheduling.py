@@ -121,7 +121,7 @@ class SchedulingLoop:
 
     def missing_runtimes(self, worker: str) -> list[str]:
         """Why pending jobs cannot run on `worker` with its runtimes, and for how many."""
-        counts = self._missing.get(worker, {})
+        counts = self._missing.get(worker, collections.Counter())
         return [f"{why} (needed by {n} pending job{'s' if n > 1 else ''})"
                 for why, n in sorted(counts.items()) if n > 0]
 
