@@ -213,6 +213,8 @@ class Scrape:
     reconciles: float = 0.0
     status_sync_seconds: float = 0.0
     status_syncs: float = 0.0
+    by_reason: dict[str, float] = field(default_factory=dict)
+    """Claimed, unfinished jobs by their Dispatched reason."""
 
 
 async def scrape(port: int) -> Scrape:
@@ -223,7 +225,9 @@ async def scrape(port: int) -> Scrape:
     result = Scrape()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "dispatcher_reconciles_total":
+            if sample.name == "dispatcher_jobs_by_reason":
+                result.by_reason[sample.labels["reason"]] = sample.value
+            elif sample.name == "dispatcher_reconciles_total":
                 result.reconciles += sample.value
             elif sample.name == "dispatcher_status_sync_latency_seconds_sum":
                 result.status_sync_seconds += sample.value

@@ -38,6 +38,7 @@ from bench.harness import (
     paced_status_changes,
     percentiles,
     plane_pids,
+    scrape,
     wait_for,
 )
 from devkit.factories import trainjob
@@ -210,16 +211,16 @@ async def queue_waiting_jobs(dispatcher: RunningDispatcher, manager: ClusterClie
                              count: int, concurrency: int) -> bool:
     """`count` jobs that each ask for a whole worker's quota: none fits beside the jobs
     already placed, so every one waits for quota in the dispatcher's queue. True once
-    the status page counts them all as WaitingForQuota (False if that takes too long)."""
+    its metrics count them all as WaitingForQuota (False if that takes too long): the
+    metrics, not the status page, so the waiting costs the dispatcher no page builds."""
     demand = {"requests": {"cpu": WORKER_QUOTA["cpu"], "memory": "1Gi"}}
     await bounded(concurrency, [create_claimed(manager, f"waiting-{i:05d}",
                                                resources_per_node=demand)
                                 for i in range(count)])
     deadline = time.monotonic() + max(60.0, count / 20)
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            _, body = await _get(session, _api_url(dispatcher.status_port))
-            if json.loads(body)["by_reason"].get(c.REASON_WAITING_FOR_QUOTA, 0) >= count:
-                return True
-            await asyncio.sleep(CACHE_SECONDS)
+    while time.monotonic() < deadline:
+        if (await scrape(dispatcher.port)).by_reason.get(
+                c.REASON_WAITING_FOR_QUOTA, 0) >= count:
+            return True
+        await asyncio.sleep(CACHE_SECONDS)
     return False

@@ -53,6 +53,8 @@ class Ledger:
 
     def __init__(self) -> None:
         self._bookings: dict[str, Booking] = {}
+        self._booked_on: dict[str, dict[str, Booking]] = {}
+        """worker -> UID -> the booking there: a worker's jobs without a scan of all."""
         self._mirrors: dict[str, dict[str, tuple[str, Vector]]] = {}
         """worker -> manager UID -> (job key, demand) of its live mirror there."""
         self._used: dict[str, Vector] = {}
@@ -96,6 +98,7 @@ class Ledger:
         self.release(uid)
         before = self._held(worker, uid)
         self._bookings[uid] = booking
+        self._booked_on.setdefault(worker, {})[uid] = booking
         self._change(worker, uid, before)
 
     def release(self, uid: str) -> Booking | None:
@@ -104,6 +107,7 @@ class Ledger:
         if booking is not None:
             before = self._held(booking.worker, uid)
             del self._bookings[uid]
+            self._booked_on[booking.worker].pop(uid, None)
             self._change(booking.worker, uid, before)
         return booking
 
@@ -140,7 +144,7 @@ class Ledger:
         return {k: v for k, v in self._used.get(worker, {}).items() if v}
 
     def jobs_on(self, worker: str) -> list[Booking]:
-        return [b for b in self._bookings.values() if b.worker == worker]
+        return list(self._booked_on.get(worker, {}).values())
 
     def holdings(self, worker: str) -> list[Holding]:
         """Every job counted on `worker`: booked there, running there, or both."""

@@ -11,6 +11,7 @@ base units; `placement.validation` decides what size is sane).
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 
@@ -44,9 +45,16 @@ def parse_quantity(value: str | int | float) -> Fraction:
     if len(text) > MAX_TEXT_LENGTH:
         raise QuantityError(f"not a quantity: {text[:MAX_TEXT_LENGTH]!r}... "
                             f"(longer than {MAX_TEXT_LENGTH} characters)")
+    return _parse_text(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> Fraction:
+    """A fleet spells its quantities a few ways ("1", "500m", "4Gi") over and over: the
+    (immutable) results are cached."""
     match = _PATTERN.match(text)
     if not match:
-        raise QuantityError(f"not a quantity: {value!r}")
+        raise QuantityError(f"not a quantity: {text!r}")
     number = Fraction(match["number"])
     if match["sign"] == "-":
         number = -number
@@ -55,7 +63,7 @@ def parse_quantity(value: str | int | float) -> Fraction:
     if match["exp"]:
         exponent = int(match["exp"][1:])
         if abs(exponent) > MAX_EXPONENT:
-            raise QuantityError(f"not a quantity: {value!r} (exponent beyond {MAX_EXPONENT})")
+            raise QuantityError(f"not a quantity: {text!r} (exponent beyond {MAX_EXPONENT})")
         return number * Fraction(10) ** exponent
     return number * _DECIMAL[match["decimal"] or ""]
 

@@ -94,3 +94,5 @@ def test_usage_is_always_the_per_job_maximum_of_booking_and_mirror(
         assert ledger.used(worker).get(CPU, Fraction(0)) == expected
         live = sum(amount for (w, _), amount in mirrors.items() if w == worker)
         assert resources.fits(cpu(live), ledger.used(worker) or {CPU: Fraction(0)})
+        assert {(b.uid, b.demand[CPU]) for b in ledger.jobs_on(worker)} == {
+            (uid, Fraction(amount)) for uid, (w, amount) in bookings.items() if w == worker}
