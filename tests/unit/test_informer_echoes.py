@@ -5,6 +5,7 @@ watch event older than the cached object never takes the cache back to it."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from devkit.fakeclock import FakeClock, settle
@@ -61,3 +62,18 @@ async def test_remembered_writes_are_not_emitted_in_any_order_and_the_cache_neve
         "each of the others' changes is told, with the newest object (ours, remembered "
         "before their events came); ours never")
     assert informer.get("ns/a")["metadata"]["resourceVersion"] == "6"
+
+
+def test_cached_objects_share_their_keys_and_short_strings_and_drop_managed_fields() -> None:
+    informer = Informer(Resource(WatchingClient([]).as_client(), TRAINJOBS), clock=FakeClock())
+    long_text = "x" * 200
+    for name in ("a", "b"):  # decoded apart, as two watch events are
+        body = json.loads(json.dumps(labelled("2", "the-team") | {"spec": {"note": long_text}}))
+        body["metadata"].update(name=name, managedFields=[{"manager": "kubectl"}])
+        informer.remember(body)
+    a, b = informer.get("ns/a"), informer.get("ns/b")
+    assert a is not None and b is not None
+    assert a["metadata"]["labels"]["by"] is b["metadata"]["labels"]["by"]
+    assert next(iter(a["metadata"])) is next(iter(b["metadata"]))
+    assert a["spec"]["note"] == b["spec"]["note"] == long_text
+    assert "managedFields" not in a["metadata"] and a["metadata"]["name"] == "a"
