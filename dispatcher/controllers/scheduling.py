@@ -48,6 +48,15 @@ class Preemptor:
     worker: str
 
 
+@dataclass(frozen=True, slots=True)
+class VerdictTimes:
+    """When a waiting job's current verdict was first given, and its first verdict of
+    this wait (by the loop's wall clock): how long a reason has stood."""
+
+    since: float
+    waiting_since: float
+
+
 class SchedulingLoop:
     def __init__(
         self,
@@ -70,6 +79,7 @@ class SchedulingLoop:
         """Worker -> why a pending job cannot run there -> how many pending jobs."""
         self.reservations: dict[str, str] = {}
         self.decisions: dict[str, Decision] = {}
+        self.verdict_times: dict[str, VerdictTimes] = {}
         self.nominations: dict[str, Nomination] = {}
         """Preemptor UID -> the worker it is nominated on and its victims."""
         self._preemption = preemption
@@ -94,6 +104,7 @@ class SchedulingLoop:
         """Forget a job's pending entry and any reservation not yet recorded."""
         self._replace(uid, None)
         self.decisions.pop(uid, None)
+        self.verdict_times.pop(uid, None)
         self.nominations.pop(uid, None)
         if self.reservations.pop(uid, None) is not None:
             self.ledger.release(uid)
@@ -145,13 +156,13 @@ class SchedulingLoop:
     def run_pass(self) -> None:
         if not self.pending:
             return
-        started = time.perf_counter()
+        started, now = time.perf_counter(), self._wall()
         views = self._workers()
         quotas = {view.name: view.quota for view in views}
         decisions = schedule(self.pending.values(), views, policy=self._policy,
                              strategy=self._strategy, preemption=self._preemption,
                              nominations=self.nominations,
-                             running=self._running or (lambda: {}), now=self._wall())
+                             running=self._running or (lambda: {}), now=now)
         for decision in decisions:
             job = self.pending[decision.uid]
             self._nominate(decision)
@@ -165,6 +176,7 @@ class SchedulingLoop:
                     continue
                 self._replace(decision.uid, None)
                 self.decisions.pop(decision.uid, None)
+                self.verdict_times.pop(decision.uid, None)
                 self.reservations[job.uid] = decision.worker
                 self._on_decision(decision)
                 continue
@@ -173,6 +185,9 @@ class SchedulingLoop:
             if previous is None or (previous.reason, previous.message) != (
                 decision.reason, decision.message
             ):
+                first = self.verdict_times.get(decision.uid)
+                self.verdict_times[decision.uid] = VerdictTimes(
+                    since=now, waiting_since=first.waiting_since if first else now)
                 self._on_decision(decision)
                 if decision.reason == c.REASON_UNSCHEDULABLE:
                     log.info("job %s is unschedulable: %s", job.key, decision.message,

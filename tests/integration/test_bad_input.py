@@ -141,7 +141,9 @@ async def test_invalid_jobs_get_named_reasons_and_book_nothing(
 
         async def counted() -> dict[str, float] | None:
             values = await metric_values(dispatcher, "dispatcher_jobs_by_reason")
-            return values if values.get(c.REASON_INVALID_RESOURCES) == 2 else None
+            # The gauges refresh every 2 s: wait for one read after normal-8's wait shows.
+            return values if (values.get(c.REASON_INVALID_RESOURCES) == 2 and values.get(
+                c.REASON_WAITING_FOR_QUOTA) == 1) else None
         values = await eventually(counted, timeout=10)
         assert values[c.REASON_INVALID_CLUSTER_SELECTOR] == 1
         assert values[c.REASON_INVALID_RUNTIME] == 1

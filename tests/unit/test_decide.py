@@ -23,7 +23,12 @@ from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
 from dispatcher.claim import Claim
 from dispatcher.config import ClaimConfig, DispatcherConfig
 from dispatcher.controllers.jobs import actions as a
-from dispatcher.controllers.jobs.decide import decide, explanation, orphan_reason
+from dispatcher.controllers.jobs.decide import (
+    WAITING_QUIET_SECONDS,
+    decide,
+    explanation,
+    orphan_reason,
+)
 from dispatcher.controllers.jobs.memory import JobMemory, Refusal
 from dispatcher.controllers.jobs.priority import Priority
 from dispatcher.controllers.jobs.snapshot import (
@@ -34,7 +39,7 @@ from dispatcher.controllers.jobs.snapshot import (
     Snapshot,
     WorkerState,
 )
-from dispatcher.controllers.scheduling import Preemptor
+from dispatcher.controllers.scheduling import Preemptor, VerdictTimes
 from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.placement import resources
 from dispatcher.placement.scheduler import Decision
@@ -319,6 +324,54 @@ def test_a_queued_job_shows_the_schedulers_last_word_and_its_place() -> None:
                                         message="needs 100 cpu")
     action = decide(pending(verdict=unschedulable), JobMemory(), CONFIG, kind=KIND)
     assert isinstance(action, a.Enqueue) and action.message == "needs 100 cpu"
+
+
+def _waiting_shown(message: str) -> dict[str, Any]:
+    return job(status={"conditions": [condition(
+        c.CONDITION_DISPATCHED, c.REASON_WAITING_FOR_QUOTA, message, status="False")]})
+
+
+def test_a_wait_for_quota_is_shown_once_it_has_lasted_the_quiet_period() -> None:
+    """Most jobs of a burst are placed within seconds: their wait is not written."""
+    verdict = Decision("ns/j", UID, None, c.REASON_WAITING_FOR_QUOTA,
+                       "no worker has 2 cpu free; best: w with 1")
+    fresh = VerdictTimes(since=WALL - 0.5, waiting_since=WALL - 0.5)
+    action = decide(pending(verdict=verdict, verdict_times=fresh), JobMemory(), CONFIG,
+                    kind=KIND)
+    assert isinstance(action, a.Enqueue) and action.reason == c.REASON_WAITING_FOR_QUOTA
+    assert action.show_after == pytest.approx(WAITING_QUIET_SECONDS - 0.5, abs=0.1)
+    # The numbers changed since, but the wait itself has lasted long enough: shown.
+    lasted = VerdictTimes(since=WALL - 0.1, waiting_since=WALL - WAITING_QUIET_SECONDS)
+    action = decide(pending(verdict=verdict, verdict_times=lasted), JobMemory(), CONFIG,
+                    kind=KIND)
+    assert isinstance(action, a.Enqueue) and action.show_after is None
+    # Other reasons are shown at once.
+    unschedulable = dataclasses.replace(verdict, reason=c.REASON_UNSCHEDULABLE)
+    action = decide(pending(verdict=unschedulable, verdict_times=fresh), JobMemory(),
+                    CONFIG, kind=KIND)
+    assert isinstance(action, a.Enqueue) and action.show_after is None
+
+
+def test_new_numbers_under_the_reason_shown_wait_until_they_have_stood() -> None:
+    """While quota churns the reason on the job stays right; its numbers follow once
+    they hold still for the quiet period."""
+    verdict = Decision("ns/j", UID, None, c.REASON_WAITING_FOR_QUOTA,
+                       "no worker has 2 cpu free; best: w with 1")
+    shown_before = _waiting_shown("no worker has 2 cpu free; best: w with 0")
+    churning = VerdictTimes(since=WALL - 0.5, waiting_since=WALL - 60)
+    action = decide(pending(job=shown_before, verdict=verdict, verdict_times=churning),
+                    JobMemory(), CONFIG, kind=KIND)
+    assert isinstance(action, a.Enqueue)
+    assert action.show_after == pytest.approx(WAITING_QUIET_SECONDS - 0.5, abs=0.1)
+    stood = VerdictTimes(since=WALL - WAITING_QUIET_SECONDS, waiting_since=WALL - 60)
+    action = decide(pending(job=shown_before, verdict=verdict, verdict_times=stood),
+                    JobMemory(), CONFIG, kind=KIND)
+    assert isinstance(action, a.Enqueue) and action.show_after is None
+    # Already shown as it is: nothing to hold (the write is a no-op).
+    shown_now = _waiting_shown(verdict.message)
+    action = decide(pending(job=shown_now, verdict=verdict, verdict_times=churning),
+                    JobMemory(), CONFIG, kind=KIND)
+    assert isinstance(action, a.Enqueue) and action.show_after is None
 
 
 def test_a_reason_the_job_is_at_fault_for_is_an_event_once() -> None:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from devkit.fakeclock import settle
 from dispatcher.api import constants as c
-from dispatcher.controllers.scheduling import SchedulingLoop
+from dispatcher.controllers.scheduling import SchedulingLoop, VerdictTimes
 from dispatcher.placement.ledger import Ledger
 from dispatcher.placement.options import PlacementPolicy, QueueingStrategy
 from dispatcher.placement.scheduler import Decision, PendingJob, WorkerView
@@ -32,10 +32,12 @@ class Setup:
         self.ledger = Ledger()
         self.cpu = 8
         self.passes = 0
+        self.wall = 1000.0
         self.decisions: list[Decision] = []
         self.loop = SchedulingLoop(
             ledger=self.ledger, workers=self._workers, policy=PlacementPolicy.MOST_FREE,
-            strategy=QueueingStrategy.BEST_EFFORT_FIFO, on_decision=self.decisions.append)
+            strategy=QueueingStrategy.BEST_EFFORT_FIFO, on_decision=self.decisions.append,
+            wall=lambda: self.wall)
 
     def _workers(self) -> list[WorkerView]:
         self.passes += 1
@@ -121,3 +123,26 @@ def test_missing_runtimes_count_the_pending_jobs_as_a_full_scan_would(
             assert s.loop.missing_runtimes(worker) == [
                 f"{why} (needed by {n} pending job{'s' if n > 1 else ''})"
                 for why, n in sorted(scan.items())]
+
+
+async def test_a_waiting_verdict_keeps_when_it_began_and_when_the_wait_began(
+        setup: Setup) -> None:
+    """What the reconciler's quiet period is measured from: a new message restarts the
+    verdict's time, not the wait's; a placement ends both."""
+    setup.loop.ready.set()
+    setup.loop.submit(_job("j1", 6))
+    setup.loop.submit(_job("j2", 6))
+    await settle()
+    assert setup.loop.verdict_times["j2"] == VerdictTimes(since=1000.0, waiting_since=1000.0)
+    setup.wall = 1005.0
+    setup.loop.trigger()  # the same verdict: its time stays
+    await settle()
+    assert setup.loop.verdict_times["j2"].since == 1000.0
+    setup.cpu = 7  # "best: w1 with 1" instead of 2: a new message
+    setup.loop.trigger()
+    await settle()
+    assert setup.loop.verdict_times["j2"] == VerdictTimes(since=1005.0, waiting_since=1000.0)
+    setup.loop.withdraw("j1")
+    await settle()
+    assert setup.reported()[-1] == ("j2", "w1", c.REASON_PLACED)
+    assert "j2" not in setup.loop.verdict_times

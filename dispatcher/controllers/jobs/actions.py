@@ -52,11 +52,13 @@ class Wait:
 
 @dataclass(frozen=True)
 class Enqueue:
-    """Offer the job to the scheduler; show the scheduler's last word when it has one."""
+    """Offer the job to the scheduler; show the scheduler's last word when it has one,
+    or, with `show_after`, decide again after that many seconds before showing it."""
 
     entry: PendingJob
     reason: str = ""
     message: str = ""
+    show_after: float | None = None
 
 
 @dataclass(frozen=True)

@@ -296,8 +296,10 @@ class JobsController:
                 if warn:
                     self.events.record(s.job, reason=reason, message=message, warning=True)
                 return Result.done()
-            case Enqueue(entry=entry, reason=reason, message=message):
+            case Enqueue(entry=entry, reason=reason, message=message, show_after=later):
                 self.scheduling.submit(entry)
+                if later is not None:
+                    return Result.after(later)
                 if reason:
                     await self.manager.set_waiting(s.job, reason, message)
                 return Result.done()

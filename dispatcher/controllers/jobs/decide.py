@@ -81,7 +81,8 @@ actions are in `actions.py`; the rows, in the order they are tried
   demand or selector invalid -> wait with that reason; in eviction backoff (the
   record's `requeue.notBefore`) -> wait until then; reserved by the scheduler -> record
   the placement; else queue it (off the workers the record's `requeue.excludedWorkers`
-  names for now), showing the scheduler's last word on it.
+  names for now), showing the scheduler's last word on it (a wait for quota once it has
+  lasted `WAITING_QUIET_SECONDS`, new numbers under it once they have stood as long).
 """
 
 from __future__ import annotations
@@ -143,6 +144,9 @@ from dispatcher.placement.selector import SelectorError, parse_selector
 
 JSON = dict[str, Any]
 _BLIP_MARGIN_SECONDS = 0.05
+WAITING_QUIET_SECONDS = 2.0
+"""A job's wait for quota is shown once it has lasted this long, and a change of its
+numbers once the new ones have stood this long (`_quiet_left`)."""
 ADMISSION_QUIET_SECONDS = 2.0
 """A new mirror's admission steps are not shown on the manager this long: Kueue usually
 admits within it, and showing each step (no Workload yet, pending, quota reserved,
@@ -609,4 +613,25 @@ def _pending(s: Claimed) -> Action:
         return Enqueue(entry)
     where = f" (position {verdict.position} in the queue)" if verdict.position else ""
     why = f"; priority {s.priority.value}: {s.priority.why}" if s.priority.why else ""
-    return Enqueue(entry, reason=verdict.reason, message=verdict.message + where + why)
+    message = verdict.message + where + why
+    return Enqueue(entry, reason=verdict.reason, message=message,
+                   show_after=_quiet_left(s, verdict.reason, message))
+
+
+def _quiet_left(s: Claimed, reason: str, message: str) -> float | None:
+    """How long a `WaitingForQuota` verdict is not written yet (None: write it now).
+
+    A job is not shown waiting for quota in its first `WAITING_QUIET_SECONDS` (most jobs
+    of a burst are placed by then, and each would cost a status write), and a new
+    message under the reason already shown ("best: worker-a with 2") is written once it
+    has stood that long: while quota churns the reason stays right, the numbers follow.
+    """
+    times = s.verdict_times
+    if reason != c.REASON_WAITING_FOR_QUOTA or times is None:
+        return None
+    shown = condition(s.job.get("status"), c.CONDITION_DISPATCHED) or {}
+    if (shown.get("reason"), shown.get("message")) == (reason, message[:MAX_MESSAGE]):
+        return None
+    since = times.since if shown.get("reason") == reason else times.waiting_since
+    left = since + WAITING_QUIET_SECONDS - s.wall
+    return left + _BLIP_MARGIN_SECONDS if left > 0 else None

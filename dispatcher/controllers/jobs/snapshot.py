@@ -36,7 +36,7 @@ from dispatcher.controllers.admission.gate import Gate
 from dispatcher.controllers.jobs.memory import DemandVersion, JobMemories, JobMemory
 from dispatcher.controllers.jobs.priority import NO_PRIORITY, Priority, PriorityCache
 from dispatcher.controllers.jobs.records import PlacementRecords
-from dispatcher.controllers.scheduling import Preemptor, SchedulingLoop
+from dispatcher.controllers.scheduling import Preemptor, SchedulingLoop, VerdictTimes
 from dispatcher.controllers.workers import WorkerConnection, WorkerRegistry
 from dispatcher.kinds import JobKind
 from dispatcher.kube.informer import Informer
@@ -162,6 +162,8 @@ class Claimed:
     reservation: str | None = None
     verdict: Decision | None = None
     """The scheduler's last word on the job while it waits in the queue."""
+    verdict_times: VerdictTimes | None = None
+    """When that word was first given, and the job's first of this wait."""
     preempted_by: Preemptor | None = None
     """Placed: the job of higher priority the scheduler takes its room for."""
     gate: Gate | None = None
@@ -261,6 +263,7 @@ class SnapshotReader:
             priority=await self._priority(job, runtime) if pending and demand else NO_PRIORITY,
             reservation=self._scheduling.reservation(uid),
             verdict=self._scheduling.decisions.get(uid) if pending else None,
+            verdict_times=self._scheduling.verdict_times.get(uid) if pending else None,
             preempted_by=(self._scheduling.preemptor_of(uid, placed_on)
                           if placed_on is not None else None),
             gate=self._gates(job) if self._gates is not None else None,
