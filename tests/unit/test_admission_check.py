@@ -4,10 +4,12 @@ instead of the job's `suspend` (which is Kueue's in this mode)."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
 
+from devkit.factories import condition
 from dispatcher.api import constants as c
 from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
 from dispatcher.claim import Claim
@@ -23,7 +25,18 @@ from dispatcher.controllers.admission.decide import (
 )
 from dispatcher.controllers.admission.gate import Gate, gate_of
 from dispatcher.controllers.jobs import actions as a
-from tests.unit.test_decide import CONFIG, KIND, JobMemory, decide, job, mirror, pending, placed
+from dispatcher.controllers.jobs.decide import WAITING_QUIET_SECONDS
+from tests.unit.test_decide import (
+    CONFIG,
+    KIND,
+    WALL,
+    JobMemory,
+    decide,
+    job,
+    mirror,
+    pending,
+    placed,
+)
 
 CHECK = "dispatch"
 OURS = {CHECK}
@@ -278,3 +291,32 @@ def test_kueues_suspension_is_not_the_users() -> None:
 def test_a_mirror_of_a_job_kueue_suspends_is_not_suspended() -> None:
     assert "suspend" not in KIND.build_mirror(job(suspend=True), origin="o",
                                               local_queue="")["spec"]
+
+
+def test_kueues_first_steps_with_a_new_job_are_not_shown() -> None:
+    """A job younger than the quiet period shows no wait for the manager's Kueue (it is
+    still withdrawn from the queue at once); an older one, or one that shows something
+    already, or another reason, is shown at once."""
+    kueue = Gate(admits=False, holds=False, reason=c.REASON_WAITING_FOR_KUEUE,
+                 message="waiting for the manager's Kueue to create its Workload")
+    def created(age: float) -> dict[str, Any]:
+        obj = job()
+        obj["metadata"]["creationTimestamp"] = datetime.datetime.fromtimestamp(
+            WALL - age, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return obj
+
+    young = created(1)
+    action = decide(pending(job=young, gate=kueue), JobMemory(), CONFIG, kind=KIND)
+    assert isinstance(action, a.Wait) and action.reason == c.REASON_WAITING_FOR_KUEUE
+    assert action.show_after is not None and 0 < action.show_after <= WAITING_QUIET_SECONDS
+    ahead = decide(pending(job=created(-3600), gate=kueue), JobMemory(), CONFIG, kind=KIND)
+    assert isinstance(ahead, a.Wait) and ahead.show_after is not None
+    assert ahead.show_after <= WAITING_QUIET_SECONDS + 0.1, "a skewed clock holds no longer"
+    old = decide(pending(job=created(60), gate=kueue), JobMemory(), CONFIG, kind=KIND)
+    assert old == a.Wait(kueue.reason, kueue.message)
+    shown = dict(young, status={"conditions": [condition(
+        c.CONDITION_DISPATCHED, c.REASON_PREEMPTED, "preempted", status="False")]})
+    assert decide(pending(job=shown, gate=kueue), JobMemory(), CONFIG, kind=KIND) == \
+        a.Wait(kueue.reason, kueue.message)
+    assert decide(pending(job=young, gate=SHUT), JobMemory(), CONFIG, kind=KIND) == \
+        a.Wait(SHUT.reason, SHUT.message)

@@ -837,3 +837,4 @@ def test_a_victim_is_taken_off_without_counting_an_eviction_unless_it_finished()
     assert "on worker w" in action.message
     done = dataclasses.replace(victim, mirror=mirror(status=COMPLETE))
     assert isinstance(decide(done, JobMemory(), CONFIG, kind=KIND), a.Finish)
+

@@ -42,12 +42,14 @@ class Idle:
 
 @dataclass(frozen=True)
 class Wait:
-    """Not placed: withdraw it from the queue and show why."""
+    """Not placed: withdraw it from the queue and show why, or, with `show_after`, decide
+    again after that many seconds before showing it."""
 
     reason: str
     message: str
     warn: bool = False
     """Also a Warning event: the job is at fault and its status does not say so yet."""
+    show_after: float | None = None
 
 
 @dataclass(frozen=True)

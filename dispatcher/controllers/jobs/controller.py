@@ -290,8 +290,10 @@ class JobsController:
             case Idle():
                 memory.status_news = None
                 return Result.done()
-            case Wait(reason=reason, message=message, warn=warn):
+            case Wait(reason=reason, message=message, warn=warn, show_after=later):
                 self._release(s.uid)
+                if later is not None:
+                    return Result.after(later)
                 await self.manager.set_waiting(s.job, reason, message)
                 if warn:
                     self.events.record(s.job, reason=reason, message=message, warning=True)

@@ -78,7 +78,9 @@ actions are in `actions.py`; the rows, in the order they are tried
   yet and the job shows nothing either (nothing to tell until it does);
 - not placed: suspended (with Kueue on the manager: its Workload does not ask for a
   placement now, i.e. no quota reserved or our check not Pending), runtime missing,
-  demand or selector invalid -> wait with that reason; in eviction backoff (the
+  demand or selector invalid -> wait with that reason (a wait for the manager's Kueue
+  shown only once the job is `WAITING_QUIET_SECONDS` old, as Kueue's first steps with a
+  new job are that quick); in eviction backoff (the
   record's `requeue.notBefore`) -> wait until then; reserved by the scheduler -> record
   the placement; else queue it (off the workers the record's `requeue.excludedWorkers`
   names for now), showing the scheduler's last word on it (a wait for quota once it has
@@ -581,7 +583,8 @@ def _warning(s: Claimed, reason: str, message: str) -> Wait:
 
 def _pending(s: Claimed) -> Action:
     if s.gate is not None and not s.gate.admits:
-        return Wait(s.gate.reason, s.gate.message)
+        return Wait(s.gate.reason, s.gate.message,
+                    show_after=_kueue_quiet_left(s, s.gate.reason))
     if s.gate is None and s.job["spec"].get("suspend"):
         return Wait(c.REASON_SUSPENDED, "suspended: not dispatched")
     if s.runtime is None:
@@ -616,6 +619,21 @@ def _pending(s: Claimed) -> Action:
     message = verdict.message + where + why
     return Enqueue(entry, reason=verdict.reason, message=message,
                    show_after=_quiet_left(s, verdict.reason, message))
+
+
+def _kueue_quiet_left(s: Claimed, reason: str) -> float | None:
+    """How long a wait for the manager's Kueue is not written yet (None: write it now).
+
+    Kueue's first steps with a new job (its Workload made, queued, quota reserved, our
+    check pending) take a second or so, and each would cost a status write: a job shows
+    none of them in its first `WAITING_QUIET_SECONDS`, unless it shows something already
+    (which must not stay wrong)."""
+    if reason != c.REASON_WAITING_FOR_KUEUE or condition(
+            s.job.get("status"), c.CONDITION_DISPATCHED) is not None:
+        return None
+    age = s.wall - _created(s.job, default=s.wall)
+    left = WAITING_QUIET_SECONDS - max(0.0, age)  # a skewed clock never holds it longer
+    return left + _BLIP_MARGIN_SECONDS if left > 0 else None
 
 
 def _quiet_left(s: Claimed, reason: str, message: str) -> float | None:
