@@ -148,7 +148,8 @@ JSON = dict[str, Any]
 _BLIP_MARGIN_SECONDS = 0.05
 WAITING_QUIET_SECONDS = 2.0
 """A job's wait for quota is shown once it has lasted this long, and a change of its
-numbers once the new ones have stood this long (`_quiet_left`)."""
+numbers once the new ones have stood this long (`_quiet_left`); a new job's wait for the
+manager's Kueue once the job is this old (`_kueue_quiet_left`)."""
 ADMISSION_QUIET_SECONDS = 2.0
 """A new mirror's admission steps are not shown on the manager this long: Kueue usually
 admits within it, and showing each step (no Workload yet, pending, quota reserved,
