@@ -71,6 +71,7 @@ def test_cached_objects_share_their_keys_and_short_strings_and_drop_managed_fiel
         body = json.loads(json.dumps(labelled("2", "the-team") | {"spec": {"note": long_text}}))
         body["metadata"].update(name=name, managedFields=[{"manager": "kubectl"}])
         informer.remember(body)
+        assert informer.get(f"ns/{name}") is body, "the remembered write is the cached one"
     a, b = informer.get("ns/a"), informer.get("ns/b")
     assert a is not None and b is not None
     assert a["metadata"]["labels"]["by"] is b["metadata"]["labels"]["by"]
