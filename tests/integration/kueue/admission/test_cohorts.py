@@ -175,8 +175,11 @@ async def test_borrowed_quota_is_reclaimed_by_priority_and_the_dispatcher_follow
         await eventually(looked_at, timeout=30, interval=0.3)
         assert await ready_jobs(plane, ns) == a_jobs | kept
         assert await mirror_names(plane, ns) == a_jobs | kept
-        shown = await dispatched(plane, ns, "a-burst")
-        assert shown.get("reason") == c.REASON_WAITING_FOR_KUEUE, shown
+
+        async def shown_waiting() -> bool:  # written once the job is 2 s old
+            shown = await dispatched(plane, ns, "a-burst")
+            return shown.get("reason") == c.REASON_WAITING_FOR_KUEUE
+        await eventually(shown_waiting, timeout=10, interval=0.3)
 
         # A's jobs end: its burst runs on its share, and B's preempted jobs come back,
         # borrowing again, placed anew (a new mirror each).
