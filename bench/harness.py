@@ -215,6 +215,8 @@ class Scrape:
     status_syncs: float = 0.0
     by_reason: dict[str, float] = field(default_factory=dict)
     """Claimed, unfinished jobs by their Dispatched reason."""
+    pending: float = 0.0
+    """Jobs in the dispatcher's queue."""
 
 
 async def scrape(port: int) -> Scrape:
@@ -227,6 +229,8 @@ async def scrape(port: int) -> Scrape:
         for sample in family.samples:
             if sample.name == "dispatcher_jobs_by_reason":
                 result.by_reason[sample.labels["reason"]] = sample.value
+            elif sample.name == "dispatcher_pending_jobs":
+                result.pending = sample.value
             elif sample.name == "dispatcher_reconciles_total":
                 result.reconciles += sample.value
             elif sample.name == "dispatcher_status_sync_latency_seconds_sum":

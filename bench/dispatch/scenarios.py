@@ -211,16 +211,18 @@ async def queue_waiting_jobs(dispatcher: RunningDispatcher, manager: ClusterClie
                              count: int, concurrency: int) -> bool:
     """`count` jobs that each ask for a whole worker's quota: none fits beside the jobs
     already placed, so every one waits for quota in the dispatcher's queue. True once
-    its metrics count them all as WaitingForQuota (False if that takes too long): the
-    metrics, not the status page, so the waiting costs the dispatcher no page builds."""
+    its metrics count them all as WaitingForQuota, or every job still queued (a worker
+    freed meanwhile may take one: a worker lost and back, in the fleet); False if that
+    takes too long. The metrics, not the status page: the waiting builds no pages."""
     demand = {"requests": {"cpu": WORKER_QUOTA["cpu"], "memory": "1Gi"}}
     await bounded(concurrency, [create_claimed(manager, f"waiting-{i:05d}",
                                                resources_per_node=demand)
                                 for i in range(count)])
     deadline = time.monotonic() + max(60.0, count / 20)
     while time.monotonic() < deadline:
-        if (await scrape(dispatcher.port)).by_reason.get(
-                c.REASON_WAITING_FOR_QUOTA, 0) >= count:
+        read = await scrape(dispatcher.port)
+        waiting = read.by_reason.get(c.REASON_WAITING_FOR_QUOTA, 0)
+        if waiting >= count or (waiting >= read.pending >= count * 0.99):
             return True
         await asyncio.sleep(CACHE_SECONDS)
     return False
