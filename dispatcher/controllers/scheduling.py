@@ -134,7 +134,7 @@ class SchedulingLoop:
         """Why pending jobs cannot run on `worker` with its runtimes, and for how many."""
         counts = self._missing.get(worker, collections.Counter())
         return [f"{why} (needed by {n} pending job{'s' if n > 1 else ''})"
-                for why, n in sorted(counts.items()) if n > 0]
+                for why, n in sorted(counts.items())]
 
     def _replace(self, uid: str, job: PendingJob | None) -> PendingJob | None:
         """Set (or, with None, remove) a pending entry, keeping the counts of what is

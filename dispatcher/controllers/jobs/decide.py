@@ -633,8 +633,7 @@ def _kueue_quiet_left(s: Claimed, reason: str) -> float | None:
             s.job.get("status"), c.CONDITION_DISPATCHED) is not None:
         return None
     age = s.wall - _created(s.job, default=s.wall)
-    left = WAITING_QUIET_SECONDS - max(0.0, age)  # a skewed clock never holds it longer
-    return left + _BLIP_MARGIN_SECONDS if left > 0 else None
+    return _held_back(WAITING_QUIET_SECONDS - max(0.0, age))  # skew never holds it longer
 
 
 def _quiet_left(s: Claimed, reason: str, message: str) -> float | None:
@@ -652,5 +651,9 @@ def _quiet_left(s: Claimed, reason: str, message: str) -> float | None:
     if (shown.get("reason"), shown.get("message")) == (reason, message[:MAX_MESSAGE]):
         return None
     since = times.since if shown.get("reason") == reason else times.waiting_since
-    left = since + WAITING_QUIET_SECONDS - s.wall
+    return _held_back(since + WAITING_QUIET_SECONDS - s.wall)
+
+
+def _held_back(left: float) -> float | None:
+    """Seconds until a held-back wait is decided again, None when it is due now."""
     return left + _BLIP_MARGIN_SECONDS if left > 0 else None
