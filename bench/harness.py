@@ -278,7 +278,10 @@ def py_spy() -> str:
 
 
 def _dispatcher_argv(config_path: Path, *, under_profiler: bool) -> list[str]:
-    argv = [sys.executable, "-m", "dispatcher", "run", "--config", str(config_path)]
+    """`dispatcher run`; with BENCH_MEMORY set, under tracemalloc (bench/memory_profile.py:
+    each SIGUSR2 appends to bench/results/memory-profile.txt what holds its memory)."""
+    module = "bench.memory_profile" if os.environ.get("BENCH_MEMORY") else "dispatcher"
+    argv = [sys.executable, "-m", module, "run", "--config", str(config_path)]
     if under_profiler:  # collapsed stacks of the dispatcher, via py-spy
         argv = [py_spy(), "record", "--format", "raw", "--rate", "200", "-o",
                 str(RESULTS / "profile.txt"), "--", *argv]

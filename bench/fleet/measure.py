@@ -38,6 +38,7 @@ from bench.harness import (
     py_spy,
     wait_for,
 )
+from bench.memory_profile import MEMORY_PROFILE
 from devkit.localcluster import LocalControlPlane
 from dispatcher.kube.client import ClusterClient
 
@@ -93,6 +94,17 @@ def profiled(dispatcher: RunningDispatcher, name: str) -> Iterator[None]:
     finally:
         sampler.send_signal(signal.SIGINT)
         sampler.wait(timeout=60)
+
+
+async def memory_section(dispatcher: RunningDispatcher) -> None:
+    """With BENCH_MEMORY set (the dispatcher under bench/memory_profile.py), one more
+    section of what holds its memory, appended to bench/results/memory-profile.txt."""
+    if not os.environ.get("BENCH_MEMORY"):
+        return
+    written = MEMORY_PROFILE.stat().st_size if MEMORY_PROFILE.exists() else 0
+    dispatcher.process.send_signal(signal.SIGUSR2)
+    await wait_for(lambda: MEMORY_PROFILE.exists() and MEMORY_PROFILE.stat().st_size > written,
+                   timeout=300)
 
 
 async def metrics(port: int) -> dict[str, float]:

@@ -29,7 +29,10 @@ would, which is all the dispatcher sees of a worker):
 Writes `bench/results/fleet.{json,md,png}` (bench/fleet/report.py). With BENCH_PROFILE
 set, py-spy samples the dispatcher during the burst, the queueing and the live decisions
 (`fleet-<N>w-{burst,queue,decisions}-profile.txt` beside them, collapsed stacks); each
-size's dispatcher log is kept as `fleet-<N>w-bench-dispatcher.log`.
+size's dispatcher log is kept as `fleet-<N>w-bench-dispatcher.log`. With BENCH_MEMORY set,
+the dispatcher runs under tracemalloc and bench/results/memory-profile.txt gets what
+holds its memory at rest and with the queue, and what the burst and the queue added
+(bench/memory_profile.py; tracing slows it, so its numbers are not a run's).
 """
 
 from __future__ import annotations
@@ -144,6 +147,7 @@ async def _measure(plane: LocalControlPlane, dispatcher: RunningDispatcher,
                    lose_one: bool) -> dict[str, Any]:
     active = await wait_for_async(lambda: _all_active(dispatcher, len(names)), timeout=120)
     idle = await measure.usage(dispatcher, seconds=plan.idle_seconds)
+    await measure.memory_section(dispatcher)
     watchers = {w: JobWatch(clients[w], NAMESPACE) for w in names}
     manager_watch = JobWatch(clients["manager"], NAMESPACE)
     try:
@@ -169,6 +173,7 @@ async def _measure(plane: LocalControlPlane, dispatcher: RunningDispatcher,
                                                         concurrency=plan.concurrency)
         queue_seconds = time.monotonic() - queued_at
         with_queue = await measure.usage(dispatcher, seconds=plan.idle_seconds)
+        await measure.memory_section(dispatcher)
         with measure.profiled(dispatcher, f"fleet-{len(names)}w-decisions-profile.txt"):
             live = await _live_decisions(dispatcher, manager)
     finally:

@@ -1,0 +1,86 @@
+"""`python -m bench.memory_profile run --config F`: `dispatcher run` with tracemalloc on,
+so a benchmark can ask what holds the dispatcher's memory (`BENCH_MEMORY=1`).
+
+Each SIGUSR2 appends one section to bench/results/memory-profile.txt: the traced
+total against the process's resident set, the lines that hold the most memory, what
+grew since the previous section, and the counts of the live container objects by type.
+Tracing slows the process and adds its own bookkeeping, so read the sections for where
+memory goes, not for the resident set a run without tracing would have.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import os
+import runpy
+import signal
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from types import FrameType
+
+MEMORY_PROFILE = Path(__file__).parent / "results" / "memory-profile.txt"
+FRAMES = 6
+TOP = 30
+
+
+class Sections:
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.previous: tracemalloc.Snapshot | None = None
+        self.written = 0
+
+    def write(self, signum: int, frame: FrameType | None) -> None:
+        snapshot = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(False, tracemalloc.__file__)])
+        self.written += 1
+        traced, peak = tracemalloc.get_traced_memory()
+        lines = [f"## section {self.written} at {time.strftime('%H:%M:%S')}",
+                 f"traced {traced / 2**20:.1f} MiB (peak {peak / 2**20:.1f} MiB), "
+                 f"resident {_rss_mib():.1f} MiB", "", "### by line"]
+        lines += [_stat(s) for s in snapshot.statistics("lineno")[:TOP]]
+        if self.previous is not None:
+            lines += ["", "### grown since the previous section, by line"]
+            lines += [_stat(s) for s in snapshot.compare_to(self.previous, "lineno")[:TOP]]
+            lines += ["", "### grown since the previous section, by where it was called from"]
+            for stat in snapshot.compare_to(self.previous, "traceback")[:8]:
+                lines.append(_stat(stat))
+                lines += [f"      {frame_line}" for frame_line in stat.traceback.format()]
+        lines += ["", "### live container objects by type"]
+        kinds = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+        lines += [f"{count:>10}  {kind}" for kind, count in kinds.most_common(TOP)]
+        with self.out.open("a") as out:
+            out.write("\n".join(lines) + "\n\n")
+        self.previous = snapshot
+
+
+def _stat(stat: tracemalloc.Statistic | tracemalloc.StatisticDiff) -> str:
+    frame = stat.traceback[0]
+    grown = (f" ({stat.size_diff / 1024:+.0f} KiB, {stat.count_diff:+} blocks)"
+             if isinstance(stat, tracemalloc.StatisticDiff) else "")
+    return (f"{stat.size / 1024:>10.0f} KiB {stat.count:>8} blocks{grown}  "
+            f"{frame.filename}:{frame.lineno}")
+
+
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main() -> None:
+    tracemalloc.start(FRAMES)
+    MEMORY_PROFILE.parent.mkdir(parents=True, exist_ok=True)
+    with MEMORY_PROFILE.open("a") as out:
+        out.write(f"# dispatcher {' '.join(sys.argv[1:])}, pid {os.getpid()}, "
+                  f"started {time.strftime('%Y-%m-%d %H:%M:%S')}\n\n")
+    signal.signal(signal.SIGUSR2, Sections(MEMORY_PROFILE).write)
+    sys.argv = ["dispatcher", *sys.argv[1:]]
+    runpy.run_module("dispatcher", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
