@@ -119,6 +119,34 @@ async def metrics(port: int) -> dict[str, float]:
     return sums
 
 
+async def histogram(port: int, name: str, **labels: str) -> dict[float, float]:
+    """The cumulative bucket counts (upper bound -> count) of the dispatcher's histogram
+    `name`, summed over the series whose labels include `labels`."""
+    async with aiohttp.ClientSession() as session, session.get(
+            f"http://127.0.0.1:{port}/metrics") as response:
+        text = await response.text()
+    buckets: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if (sample.name == f"{name}_bucket"
+                    and labels.items() <= sample.labels.items()):
+                bound = float(sample.labels["le"])
+                buckets[bound] = buckets.get(bound, 0.0) + sample.value
+    return buckets
+
+
+def share_within(before: dict[float, float], after: dict[float, float]
+                 ) -> dict[str, float]:
+    """Of the observations between two reads of a histogram: how many, and the share
+    at or under each bucket's bound (as "<=0.25s": 0.97)."""
+    total = after.get(float("inf"), 0.0) - before.get(float("inf"), 0.0)
+    if total <= 0:
+        return {"count": 0}
+    return {"count": total, **{f"<={bound:g}s": round((count - before.get(bound, 0.0)) / total, 4)
+                               for bound, count in sorted(after.items())
+                               if bound != float("inf")}}
+
+
 async def usage(dispatcher: RunningDispatcher, *, seconds: float) -> dict[str, Any]:
     """The dispatcher at rest for `seconds`: CPU, memory, connections, requests."""
     pid = dispatcher.process.pid

@@ -75,6 +75,30 @@ def cpu_rows(result: dict[str, Any]) -> list[str]:
     return rows
 
 
+def sync_rows(result: dict[str, Any]) -> list[str]:
+    """The burst's status sync split: its p50 and p99 end to end (the
+    harness: a mirror's status patched -> the manager job shows it), inside the
+    dispatcher (its news seen -> the manager's status written) and of its manager PATCHes."""
+    rows = ["| workers | end to end | inside the dispatcher <= 250 ms / 1 s | "
+            "manager PATCH <= 250 ms / 1 s |", "| ---: | --- | --- | --- |"]
+
+    def shares(split: dict[str, float] | None) -> str:
+        if not split or not split.get("count"):
+            return "-"
+        return f"{split['<=0.25s']:.1%} / {split['<=1s']:.1%} of {split['count']:.0f}"
+
+    for size in result["sizes"]:
+        burst = size["burst"]
+        changes = burst.get("status_changes", 0)
+        latency = burst["status_sync_during_burst"]
+        end_to_end = (f"p50 {latency.get('p50_ms', '-')} / p99 {latency.get('p99_ms', '-')} "
+                      f"ms of {changes}")
+        rows.append(f"| {size['workers']} | {end_to_end} | "
+                    f"{shares(burst.get('status_sync_inside_dispatcher'))} | "
+                    f"{shares(burst.get('manager_patch_latency'))} |")
+    return rows
+
+
 def curve_rows(result: dict[str, Any]) -> list[str]:
     rows = ["| job shapes | workers | queued | one pass (ms) | one decision (us) |",
             "| ---: | ---: | ---: | ---: | ---: |"]
@@ -94,6 +118,9 @@ def markdown(result: dict[str, Any]) -> str:
         "servers); see bench/fleet/run.py.\n\n"
         + "\n".join(size_rows(result)) + "\n\n" + "\n".join(lost_rows(result)) + "\n\n"
         "CPU during the burst, by process (seconds):\n\n" + "\n".join(cpu_rows(result))
+        + "\n\n"
+        "Status sync during the burst, split (end to end as the harness saw it; the "
+        "dispatcher's own histograms for the rest):\n\n" + "\n".join(sync_rows(result))
         + "\n\n"
         "The scheduler alone (in the harness's process), every worker full so every job "
         "waits:\n\n" + "\n".join(curve_rows(result)) + "\n")

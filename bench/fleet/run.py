@@ -157,6 +157,7 @@ async def _measure(plane: LocalControlPlane, dispatcher: RunningDispatcher,
         warm = await measure.burst(plane, dispatcher, manager, watchers, prefix="warm",
                                    jobs=plan.status_sample, concurrency=plan.concurrency)
         before = await measure.metrics(dispatcher.port)
+        sync_before, patch_before = await _sync_histograms(dispatcher)
         status_task = asyncio.create_task(scenarios.status_sync(
             clients, watchers, manager_watch, warm.names))
         with measure.profiled(dispatcher, f"fleet-{len(names)}w-burst-profile.txt"):
@@ -164,6 +165,7 @@ async def _measure(plane: LocalControlPlane, dispatcher: RunningDispatcher,
                                        jobs=plan.burst, concurrency=plan.concurrency)
         status = await status_task
         after = await measure.metrics(dispatcher.port)
+        sync_after, patch_after = await _sync_histograms(dispatcher)
         lost = (await _lose_and_return(plane, dispatcher, clients, watchers, names[0])
                 if lose_one else None)
         queued_at = time.monotonic()
@@ -189,6 +191,9 @@ async def _measure(plane: LocalControlPlane, dispatcher: RunningDispatcher,
                   "dispatch_latency": percentiles(main.dispatch),
                   "status_sync_during_burst": percentiles(status),
                   "status_changes": len(status),
+                  "status_sync_inside_dispatcher": measure.share_within(sync_before,
+                                                                        sync_after),
+                  "manager_patch_latency": measure.share_within(patch_before, patch_after),
                   "api_requests_per_job": round(requests / max(len(main.dispatch), 1), 2),
                   "cpu_seconds": main.cpu},
         "worker_lost": lost,
@@ -212,6 +217,15 @@ async def wait_for_async(check: Any, *, timeout: float) -> bool:
 
 async def _all_active(dispatcher: RunningDispatcher, count: int) -> bool:
     return await measure.workers_active(dispatcher) >= count
+
+
+async def _sync_histograms(dispatcher: RunningDispatcher
+                           ) -> tuple[dict[float, float], dict[float, float]]:
+    """The dispatcher's own status-sync latency (a mirror's change seen -> the manager's
+    status written) and its manager PATCH latency, to split the burst's status sync."""
+    return (await measure.histogram(dispatcher.port, "dispatcher_status_sync_latency_seconds"),
+            await measure.histogram(dispatcher.port, "dispatcher_api_request_duration_seconds",
+                                    cluster="manager", verb="patch"))
 
 
 async def _live_decisions(dispatcher: RunningDispatcher, manager: ClusterClient

@@ -1,0 +1,1 @@
+"""trainjob-dispatcher: mirrors Kubeflow TrainJobs to worker clusters chosen by quota."""

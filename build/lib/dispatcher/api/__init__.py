@@ -1,0 +1,1 @@
+"""Typed views of the objects the dispatcher reads and writes."""

@@ -1,0 +1,1 @@
+"""Reconcilers, one concern each: workers, jobs (dispatch and status), garbage collection."""

@@ -1,0 +1,1 @@
+"""The only code that talks to API servers: clients, resources, watches, work queue."""

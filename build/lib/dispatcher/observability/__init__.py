@@ -1,0 +1,1 @@
+"""Metrics, events, logging and the health/metrics HTTP server."""
