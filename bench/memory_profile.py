@@ -23,7 +23,7 @@ from types import FrameType
 
 MEMORY_PROFILE = Path(__file__).parent / "results" / "memory-profile.txt"
 FRAMES = 6
-TOP = 30
+TOP = 45
 
 
 class Sections:
@@ -48,12 +48,46 @@ class Sections:
             for stat in snapshot.compare_to(self.previous, "traceback")[:8]:
                 lines.append(_stat(stat))
                 lines += [f"      {frame_line}" for frame_line in stat.traceback.format()]
+        lines += ["", "### informer caches: objects, bytes held (each object counted once)"]
+        lines += _caches()
         lines += ["", "### live container objects by type"]
         kinds = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
         lines += [f"{count:>10}  {kind}" for kind, count in kinds.most_common(TOP)]
         with self.out.open("a") as out:
             out.write("\n".join(lines) + "\n\n")
         self.previous = snapshot
+
+
+def _caches() -> list[str]:
+    informer = sys.modules.get("dispatcher.kube.informer")
+    if informer is None:
+        return []
+    lines = []
+    for cache in (o for o in gc.get_objects() if isinstance(o, informer.Informer)):
+        held = _deep_size(cache.store)
+        each = held / len(cache.store) if cache.store else 0
+        lines.append(f"{len(cache.store):>8} objects {held / 1024:>10.0f} KiB "
+                     f"({each:.0f} B each)  {cache.name}")
+    return sorted(lines, reverse=True)
+
+
+def _deep_size(root: object) -> int:
+    """The bytes of `root` and of everything it holds, each object once."""
+    seen: set[int] = set()
+    stack = [root]
+    total = 0
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item)
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            stack.extend(item)
+    return total
 
 
 def _stat(stat: tracemalloc.Statistic | tracemalloc.StatisticDiff) -> str:

@@ -62,7 +62,12 @@ class PlacementRecord:
 
     def excluded_at(self, now: float) -> frozenset[str]:
         """The workers the job is kept off at wall-clock time `now`."""
-        return frozenset(worker for worker, until in self.excluded.items() if until > now)
+        kept_off = [worker for worker, until in self.excluded.items() if until > now]
+        return frozenset(kept_off) if kept_off else NO_EXCLUSIONS
+
+
+NO_EXCLUSIONS: frozenset[str] = frozenset()
+"""The one empty set of excluded workers: most queued jobs are kept off none, and share it."""
 
 
 def placements_of(records: Iterable[PlacementRecord]) -> dict[str, str]:

@@ -56,10 +56,12 @@ ConnectionHandler = Callable[[Exception | None], None]
 
 def object_key(obj: Mapping[str, Any]) -> str:
     """`namespace/name` for namespaced objects, `name` for cluster-scoped ones: the key of
-    the caches, and so of the work queue (one job key everywhere)."""
+    the caches, and so of the work queue (one job key everywhere: interned, so the
+    caches, indexes and queues that hold a key share one string)."""
     metadata = obj["metadata"]
     namespace = metadata.get("namespace")
-    return f"{namespace}/{metadata['name']}" if namespace else str(metadata["name"])
+    return sys.intern(f"{namespace}/{metadata['name']}" if namespace
+                      else str(metadata["name"]))
 
 
 def job_key(namespace: str, name: str) -> str:
@@ -171,13 +173,14 @@ class Informer:
         deleted_at = self._deleted.get(key)
         if deleted_at is not None and _revision(obj) <= deleted_at:
             return  # the answer to a write that the watch already reported deleted
+        cached = self.store.get(key)
+        if cached is not None and (_same_version(cached, obj) or not _newer(obj, cached)):
+            return  # the watch told this write (or a later change) first: no echo to come
         echoes = self._echoes.setdefault(key, set())
         echoes.add(_revision(obj))
         if len(echoes) > _ECHOES_KEPT:
             echoes.discard(min(echoes))
-        cached = self.store.get(key)
-        if cached is None or _newer(obj, cached):
-            self._put(key, self._kept(obj))
+        self._put(key, self._kept(obj))
 
     def _kept(self, obj: JSON) -> JSON:
         obj = _trimmed(obj)

@@ -8,6 +8,7 @@ unlimited.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -21,6 +22,18 @@ Vector = Mapping[str, Fraction]
 def parse_vector(raw: Mapping[str, str | int | float]) -> dict[str, Fraction]:
     """Parse a resource -> quantity mapping; raises QuantityError naming the bad entry."""
     return {name: parse_quantity(amount) for name, amount in raw.items()}
+
+
+def shared(vector: Vector) -> dict[str, Fraction]:
+    """The one dict of every vector equal to `vector` (with its names in the same order):
+    a queue of alike jobs keeps one demand, not one each. Never changed in place (no
+    vector here is: the arithmetic below makes new ones)."""
+    return _shared(tuple(vector.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _shared(items: tuple[tuple[str, Fraction], ...]) -> dict[str, Fraction]:
+    return dict(items)
 
 
 def add(*vectors: Vector) -> dict[str, Fraction]:

@@ -51,6 +51,8 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from types import MappingProxyType
+from typing import Any
 
 from dispatcher.api import constants as c
 from dispatcher.placement import resources
@@ -59,6 +61,10 @@ from dispatcher.placement.preemption import Candidate, Preemption, Running, choo
 from dispatcher.placement.quantity import format_quantity
 
 Selector = Callable[[Mapping[str, str]], bool]
+
+SAME_EVERYWHERE: Mapping[str, Any] = MappingProxyType({})
+"""A `PendingJob`'s `demand_on` or `missing_on` when no worker differs (most jobs): one
+empty mapping they all share."""
 
 
 def _match_all(labels: Mapping[str, str]) -> bool:
@@ -84,7 +90,7 @@ def in_queue(reason: str) -> bool:
     return reason in QUEUED_REASONS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PendingJob:
     key: str
     uid: str
@@ -131,7 +137,7 @@ class WorkerView:
         return None if self.quota is None else resources.remaining(self.quota, self.used)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decision:
     key: str
     uid: str

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 from dispatcher.api import constants as c
+from dispatcher.placement import resources
 from dispatcher.placement.quantity import QuantityError, format_quantity, parse_quantity
 
 _EXACT_FLOATS = 2.0**53
@@ -78,7 +79,7 @@ def checked_total(demand: Mapping[str, Fraction], *, what: str) -> dict[str, Fra
             raise invalid_resources(
                 what, f"needs {format_quantity(amount)} {name} in all, more than any "
                       "cluster can hold")
-    return dict(demand)
+    return resources.shared(demand)
 
 
 def checked_vector_text(text: str, *, path: str) -> dict[str, Fraction]:

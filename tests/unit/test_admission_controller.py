@@ -80,6 +80,7 @@ def unclaimed_job() -> dict[str, Any]:
 async def test_a_workload_of_a_job_not_claimed_gets_our_check_rejected_once() -> None:
     rig = Rig(job_obj=unclaimed_job())
     written = workload(state="Rejected", message="m")
+    written["metadata"]["resourceVersion"] = "4"  # as an API server answers a change
     rig.client.script["apply"] = [written]
     assert await rig.controller.reconcile(WORKLOAD_KEY + WORKLOAD) == Result.done()
     [apply] = rig.client.made("apply")

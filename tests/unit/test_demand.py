@@ -141,3 +141,14 @@ def test_a_name_too_long_for_the_jobset_of_its_runtime_is_refused_with_the_longe
     with pytest.raises(DemandError, match="dataset-initializer-0"):
         trainjob_demand(trainjob("i" * (initializer_limit + 1), "ns"), rt)
     trainjob_demand(trainjob("i" * initializer_limit, "ns"), rt)
+
+
+def test_alike_jobs_share_one_demand_and_unlike_ones_do_not() -> None:
+    """A queue of 20,000 alike jobs keeps one demand vector (the fleet's memory per job)."""
+    rt = runtime(replicated("node", step="trainer", containers=[container("node", cpu="2")]),
+                 ml_policy={"numNodes": 2, "torch": {}})
+    first = trainjob_demand(trainjob("a", "ns"), rt)
+    second = trainjob_demand(trainjob("b", "other"), rt)
+    bigger = trainjob_demand(trainjob("c", "ns", num_nodes=3), rt)
+    assert first == second and first is second
+    assert bigger == {"cpu": Fraction(6), "pods": Fraction(3)} and bigger is not first

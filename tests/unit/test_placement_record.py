@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from dispatcher.api.placement import PlacementRecord, placement_body, placement_spec, record_of
+from dispatcher.api.placement import (
+    NO_EXCLUSIONS,
+    PlacementRecord,
+    placement_body,
+    placement_spec,
+    record_of,
+)
 
 WALL = 1_780_000_000.25
 
@@ -37,3 +43,10 @@ def test_a_malformed_requeue_state_is_a_problem_not_a_guess() -> None:
                                    "worker": "", "requeue": requeue}})
         assert read.problem.startswith("spec.requeue"), read.problem
         assert read.not_before == 0.0 and read.excluded == {}
+
+
+def test_a_job_kept_off_no_worker_shares_the_one_empty_set() -> None:
+    record = PlacementRecord(uid="u", key="ns/j", worker="", excluded={"b": WALL + 30})
+    assert record.excluded_at(WALL + 10) == frozenset({"b"})
+    assert record.excluded_at(WALL + 30) is NO_EXCLUSIONS
+    assert PlacementRecord(uid="v", key="ns/k", worker="").excluded_at(WALL) is NO_EXCLUSIONS

@@ -165,7 +165,7 @@ class JobsController:
             if event_type == DELETED:
                 uid = obj["metadata"].get("uid", "")
                 if uid in memory.deleted_mirrors:
-                    memory.deleted_mirrors.discard(uid)
+                    memory.deleted_mirrors -= {uid}
                 else:
                     memory.tombstone = (worker, obj)
             else:
@@ -355,14 +355,14 @@ class JobsController:
         if worker is None or not worker.usable():
             return False
         uid = mirror["metadata"]["uid"]
-        memory.deleted_mirrors.add(uid)  # before the call: its DELETED event is no news
+        memory.deleted_mirrors |= {uid}  # before the call: its DELETED event is no news
         try:
             deleted = await self.workers.delete_mirror(worker, mirror)
         except BaseException:
-            memory.deleted_mirrors.discard(uid)
+            memory.deleted_mirrors -= {uid}
             raise
         if not deleted:
-            memory.deleted_mirrors.discard(uid)
+            memory.deleted_mirrors -= {uid}
         memory.tombstone = None
         manager_uid = (mirror["metadata"].get("annotations") or {}).get(
             c.ANNOTATION_MANAGER_UID, "")

@@ -95,7 +95,7 @@ from typing import Any
 
 from dispatcher.api import constants as c
 from dispatcher.api.conditions import condition
-from dispatcher.api.placement import PlacementRecord
+from dispatcher.api.placement import NO_EXCLUSIONS, PlacementRecord
 from dispatcher.claim import Claim
 from dispatcher.config import DispatcherConfig, MirrorConfig, WhenWorkerLost
 from dispatcher.controllers.jobs.actions import (
@@ -141,7 +141,7 @@ from dispatcher.controllers.jobs.view import differences
 from dispatcher.controllers.status import MAX_MESSAGE
 from dispatcher.kinds import JobKind
 from dispatcher.placement import resources
-from dispatcher.placement.scheduler import PendingJob
+from dispatcher.placement.scheduler import SAME_EVERYWHERE, PendingJob
 from dispatcher.placement.selector import SelectorError, parse_selector
 
 JSON = dict[str, Any]
@@ -609,8 +609,8 @@ def _pending(s: Claimed) -> Action:
     entry = PendingJob(
         key=s.key, uid=s.uid, demand=s.demand, priority=s.priority.value,
         created=s.job["metadata"].get("creationTimestamp", ""), selector=selector,
-        excluded=record.excluded_at(s.wall) if record is not None else frozenset(),
-        demand_on=s.demand_on, missing_on=s.missing_on,
+        excluded=record.excluded_at(s.wall) if record is not None else NO_EXCLUSIONS,
+        demand_on=s.demand_on or SAME_EVERYWHERE, missing_on=s.missing_on or SAME_EVERYWHERE,
         priority_class=(s.job["metadata"].get("labels") or {}).get(c.LABEL_PRIORITY_CLASS, ""))
     verdict = s.verdict
     if verdict is None:

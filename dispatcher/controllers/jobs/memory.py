@@ -15,7 +15,7 @@ pending), no longer claimed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -33,7 +33,7 @@ class Refusal:
     message: str
 
 
-@dataclass
+@dataclass(slots=True)
 class JobMemory:
     first_seen: float | None = None
     status_news: float | None = None
@@ -43,7 +43,8 @@ class JobMemory:
     """The answer to the last mirror create, when it was a refusal not yet acted on."""
     tombstone: tuple[str, JSON] | None = None
     """(worker, last state) of the job's mirror deleted by someone else."""
-    deleted_mirrors: set[str] = field(default_factory=set)
+    deleted_mirrors: frozenset[str] = frozenset()
+    """Replaced, not changed in place: most jobs never have one, and share the empty set."""
 
 
 class JobMemories:
