@@ -1,8 +1,9 @@
 """`python -m bench.memory_profile run --config F`: `dispatcher run` with tracemalloc on,
 so a benchmark can ask what holds the dispatcher's memory (`BENCH_MEMORY=1`).
 
-Each SIGUSR2 appends one section to bench/results/memory-profile.txt: the traced
-total against the process's resident set, the lines that hold the most memory, what
+Each SIGUSR2 appends one section to bench/results/memory-profile.txt, after a full
+garbage collection (what it freed is told): the traced total against the process's
+resident set, the lines that hold the most memory, what
 grew since the previous section, and the counts of the live container objects by type.
 Tracing slows the process and adds its own bookkeeping, so read the sections for where
 memory goes, not for the resident set a run without tracing would have.
@@ -33,13 +34,17 @@ class Sections:
         self.written = 0
 
     def write(self, signum: int, frame: FrameType | None) -> None:
+        before_collection = tracemalloc.get_traced_memory()[0]
+        garbage = gc.collect()
         snapshot = tracemalloc.take_snapshot().filter_traces(
             [tracemalloc.Filter(False, tracemalloc.__file__)])
         self.written += 1
         traced, peak = tracemalloc.get_traced_memory()
         lines = [f"## section {self.written} at {time.strftime('%H:%M:%S')}",
                  f"traced {traced / 2**20:.1f} MiB (peak {peak / 2**20:.1f} MiB), "
-                 f"resident {_rss_mib():.1f} MiB", "", "### by line"]
+                 f"resident {_rss_mib():.1f} MiB; a full garbage collection just before "
+                 f"found {garbage} unreachable objects holding "
+                 f"{(before_collection - traced) / 2**20:.1f} MiB", "", "### by line"]
         lines += [_stat(s) for s in snapshot.statistics("lineno")[:TOP]]
         if self.previous is not None:
             lines += ["", "### grown since the previous section, by line"]
