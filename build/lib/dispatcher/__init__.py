@@ -1,1 +1,0 @@
-"""trainjob-dispatcher: mirrors Kubeflow TrainJobs to worker clusters chosen by quota."""

@@ -1,1 +1,0 @@
-"""Typed views of the objects the dispatcher reads and writes."""

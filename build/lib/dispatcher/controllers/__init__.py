@@ -1,1 +1,0 @@
-"""Reconcilers, one concern each: workers, jobs (dispatch and status), garbage collection."""

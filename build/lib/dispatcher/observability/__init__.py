@@ -1,1 +1,0 @@
-"""Metrics, events, logging and the health/metrics HTTP server."""
