@@ -174,12 +174,14 @@ class Informer:
         if deleted_at is not None and _revision(obj) <= deleted_at:
             return  # the answer to a write that the watch already reported deleted
         cached = self.store.get(key)
-        if cached is not None and (_same_version(cached, obj) or not _newer(obj, cached)):
-            return  # the watch told this write (or a later change) first: no echo to come
-        echoes = self._echoes.setdefault(key, set())
-        echoes.add(_revision(obj))
-        if len(echoes) > _ECHOES_KEPT:
-            echoes.discard(min(echoes))
+        if cached is not None and not _newer(obj, cached):
+            return  # the cache holds a later change
+        if cached is None or not _same_version(cached, obj):
+            echoes = self._echoes.setdefault(key, set())
+            echoes.add(_revision(obj))
+            if len(echoes) > _ECHOES_KEPT:
+                echoes.discard(min(echoes))
+        # else the watch told this write first: no echo is to come (none is kept for it)
         self._put(key, self._kept(obj))
 
     def _kept(self, obj: JSON) -> JSON:

@@ -92,8 +92,9 @@ async def test_a_write_whose_watch_event_came_first_awaits_no_echo() -> None:
         for _ in range(20):
             await settle()
         assert informer.get("ns/a")["metadata"]["resourceVersion"] == "2"
-        informer.remember(labelled("2", "me"))
-        assert informer._echoes == {}
+        answer = labelled("2", "me")
+        informer.remember(answer)
+        assert informer._echoes == {} and informer.get("ns/a") is answer
         informer.remember(labelled("3", "me"))
         assert informer._echoes == {"ns/a": {3}}
         assert informer.get("ns/a")["metadata"]["resourceVersion"] == "3"
