@@ -340,13 +340,13 @@ class SnapshotReader:
         if ref is None or informer is None or not informer.synced.is_set():
             return None  # not read yet: the worker is not offered until it is
         kind_name, key = ref
-        named = f"{kind_name} {key.rsplit('/', 1)[-1]!r}"
         runtime = informer.get(key)
+        if (runtime is not None and demand is not None and manager_runtime is not None
+                and self._same_runtime(connection.name, runtime, manager_runtime)):
+            return demand  # the common case, once per job and worker: nothing more to build
+        named = f"{kind_name} {key.rsplit('/', 1)[-1]!r}"
         if runtime is None:
             return f"has no {named}"
-        if (demand is not None and manager_runtime is not None
-                and self._same_runtime(connection.name, runtime, manager_runtime)):
-            return demand
         try:
             parsed = self._parsed(runtime, cluster=connection.name)
             return self._kind.demand(job, runtime, parsed,
