@@ -838,3 +838,33 @@ def test_a_victim_is_taken_off_without_counting_an_eviction_unless_it_finished()
     done = dataclasses.replace(victim, mirror=mirror(status=COMPLETE))
     assert isinstance(decide(done, JobMemory(), CONFIG, kind=KIND), a.Finish)
 
+
+
+def _since(seconds_ago: float) -> str:
+    return datetime.datetime.fromtimestamp(WALL - seconds_ago, datetime.UTC).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_each_new_word_of_the_workers_kueue_is_shown_once_it_has_stood_the_quiet_period(
+) -> None:
+    """A burst's Workloads pass Kueue's steps in seconds: each would be one more manager
+    status write. A step is shown once it has stood 2 s (its lastTransitionTime), so a
+    long wait still shows Kueue's current word."""
+    def waiting(word: str, since: str) -> Claimed:
+        workload_ = workload(("QuotaReserved", "False", "Pending", word))
+        workload_["status"]["conditions"][0]["lastTransitionTime"] = since
+        return placed(worker=WITH_KUEUE, mirror=mirror(suspend=True, age=30),
+                      workload=workload_)
+
+    fresh = decide(waiting(NO_QUOTA, _since(1)), JobMemory(), CONFIG, kind=KIND)
+    assert fresh == a.Requeue(1.05)
+    stood = decide(waiting(NO_QUOTA, _since(2)), JobMemory(), CONFIG, kind=KIND)
+    assert isinstance(stood, a.SyncStatus) and NO_QUOTA in stood.message
+    skewed = decide(waiting(NO_QUOTA, _since(-60)), JobMemory(), CONFIG, kind=KIND)
+    assert skewed == a.Requeue(2.05), "a clock ahead of ours never holds it longer"
+    admitted = workload(("QuotaReserved", "True", "QuotaReserved", "reserved"),
+                        ("Admitted", "True", "Admitted", "admitted"))
+    admitted["status"]["conditions"][1]["lastTransitionTime"] = _since(0)
+    starting = placed(worker=WITH_KUEUE, mirror=mirror(suspend=True, age=30),
+                      workload=admitted)
+    assert decide(starting, JobMemory(), CONFIG, kind=KIND) == a.Requeue(2.05)

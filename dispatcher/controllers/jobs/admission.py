@@ -7,7 +7,8 @@ Pure reading of the mirror and its Kueue Workload (`kueue.x-k8s.io/v1beta2`):
 - admitted: the mirror is not suspended (Kueue lifts the suspension when it admits);
 - waiting: the mirror is suspended; the message is Kueue's own (the Workload's
   `QuotaReserved` condition: "couldn't assign flavors ... insufficient unused quota"),
-  or says that no Workload exists yet.
+  or says that no Workload exists yet; `since` is when that word was first true (the
+  condition's `lastTransitionTime`, else the Workload's or the mirror's creation).
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ class Admission:
     reason: str = ""
     """Kueue's reason, when it gave one."""
     message: str = ""
+    since: str = ""
+    """RFC 3339: when the waiting stage's current word began, as the worker wrote it."""
+
+
+def _created(obj: JSON) -> str:
+    return str((obj.get("metadata") or {}).get("creationTimestamp") or "")
 
 
 def _true(workload: JSON | None, type_: str) -> JSON | None:
@@ -56,11 +63,14 @@ def admission_of(mirror: JSON, workload: JSON | None, *, kind: JobKind) -> Admis
         return Admission(Stage.ADMITTED)
     if workload is None:
         return Admission(Stage.WAITING, "", "the worker's Kueue has not created its Workload "
-                                            "yet")
-    if _true(workload, "Admitted"):
-        return Admission(Stage.WAITING, "Admitted", "admitted; starting")
+                                            "yet", since=_created(mirror))
+    admitted = _true(workload, "Admitted")
+    if admitted is not None:
+        return Admission(Stage.WAITING, "Admitted", "admitted; starting",
+                         since=str(admitted.get("lastTransitionTime") or ""))
     for cond in (workload.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "QuotaReserved":
             return Admission(Stage.WAITING, str(cond.get("reason") or ""),
-                             str(cond.get("message") or cond.get("reason") or "pending"))
-    return Admission(Stage.WAITING, "", "pending in its queue")
+                             str(cond.get("message") or cond.get("reason") or "pending"),
+                             since=str(cond.get("lastTransitionTime") or ""))
+    return Admission(Stage.WAITING, "", "pending in its queue", since=_created(workload))

@@ -71,7 +71,8 @@ actions are in `actions.py`; the rows, in the order they are tried
 - placed, mirror waiting for the worker's Kueue to admit it -> for its first
   `ADMISSION_QUIET_SECONDS` nothing is written (most mirrors are admitted by then, and
   each of Kueue's steps would be one more status write on the manager); after that show
-  "waiting for admission" with Kueue's reason; past
+  "waiting for admission" with Kueue's word, each new word once it has stood as long
+  (Kueue's `lastTransitionTime`: a burst's Workloads pass several steps in seconds); past
   `placement.admissionTimeoutSeconds` -> take it off the worker (AdmissionTimeout, not
   an eviction) and keep the job off that worker a while; admitted -> copy its status
   ("running on X", with where its pods and logs are), unless the mirror has no status
@@ -547,6 +548,10 @@ def _waiting_for_admission(s: Claimed, name: str, worker: WorkerState, mirror: J
                        exclude=True, mirror=mirror)
     if waited < ADMISSION_QUIET_SECONDS:
         return Requeue(ADMISSION_QUIET_SECONDS - waited + _BLIP_MARGIN_SECONDS)
+    stood = s.wall - _timestamp(admission.since, default=s.wall - ADMISSION_QUIET_SECONDS)
+    if stood < ADMISSION_QUIET_SECONDS:  # skew never holds it longer than the quiet period
+        return Requeue(min(ADMISSION_QUIET_SECONDS, ADMISSION_QUIET_SECONDS - stood)
+                       + _BLIP_MARGIN_SECONDS)
     return SyncStatus(name, mirror, reason=c.REASON_WAITING_FOR_ADMISSION,
                       message=f"placed on worker {name}, waiting for admission in {queue}: "
                               f"{admission.message}",
