@@ -162,7 +162,7 @@ class LeaderTerm:
         self.tasks = TaskOwner(clock=clock)
         """Tasks started from callbacks: garbage collection of a (re)connected worker."""
         settings = InformerSettings()
-        self.queue = WorkQueue(name="trainjobs", clock=clock)
+        self.queue = WorkQueue(name="trainjobs", clock=clock, on_wait=metrics.queue_waited)
         self.trainjobs = Informer(Resource(manager, kind.kind), settings=settings,
                                   name="manager/trainjobs", clock=clock)
         runtimes = {name: Informer(Resource(manager, resource), settings=settings,

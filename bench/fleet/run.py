@@ -157,7 +157,7 @@ async def _measure(plane: LocalControlPlane, dispatcher: RunningDispatcher,
         warm = await measure.burst(plane, dispatcher, manager, watchers, prefix="warm",
                                    jobs=plan.status_sample, concurrency=plan.concurrency)
         before = await measure.metrics(dispatcher.port)
-        sync_before, patch_before = await _sync_histograms(dispatcher)
+        sync_before, patch_before, urgent_before = await _sync_histograms(dispatcher)
         status_task = asyncio.create_task(scenarios.status_sync(
             clients, watchers, manager_watch, warm.names))
         with measure.profiled(dispatcher, f"fleet-{len(names)}w-burst-profile.txt"):
@@ -165,7 +165,7 @@ async def _measure(plane: LocalControlPlane, dispatcher: RunningDispatcher,
                                        jobs=plan.burst, concurrency=plan.concurrency)
         status = await status_task
         after = await measure.metrics(dispatcher.port)
-        sync_after, patch_after = await _sync_histograms(dispatcher)
+        sync_after, patch_after, urgent_after = await _sync_histograms(dispatcher)
         lost = (await _lose_and_return(plane, dispatcher, clients, watchers, names[0])
                 if lose_one else None)
         queued_at = time.monotonic()
@@ -194,6 +194,7 @@ async def _measure(plane: LocalControlPlane, dispatcher: RunningDispatcher,
                   "status_sync_inside_dispatcher": measure.share_within(sync_before,
                                                                         sync_after),
                   "manager_patch_latency": measure.share_within(patch_before, patch_after),
+                  "urgent_queue_wait": measure.share_within(urgent_before, urgent_after),
                   "api_requests_per_job": round(requests / max(len(main.dispatch), 1), 2),
                   "cpu_seconds": main.cpu},
         "worker_lost": lost,
@@ -220,12 +221,16 @@ async def _all_active(dispatcher: RunningDispatcher, count: int) -> bool:
 
 
 async def _sync_histograms(dispatcher: RunningDispatcher
-                           ) -> tuple[dict[float, float], dict[float, float]]:
+                           ) -> tuple[dict[float, float], dict[float, float], dict[float, float]]:
     """The dispatcher's own status-sync latency (a mirror's change seen -> the manager's
-    status written) and its manager PATCH latency, to split the burst's status sync."""
-    return (await measure.histogram(dispatcher.port, "dispatcher_status_sync_latency_seconds"),
-            await measure.histogram(dispatcher.port, "dispatcher_api_request_duration_seconds",
-                                    cluster="manager", verb="patch"))
+    status written), its manager PATCH latency and the wait of its urgent lane (news
+    about placed jobs), to split the burst's status sync."""
+    port = dispatcher.port
+    return (await measure.histogram(port, "dispatcher_status_sync_latency_seconds"),
+            await measure.histogram(port, "dispatcher_api_request_duration_seconds",
+                                    cluster="manager", verb="patch"),
+            await measure.histogram(port, "dispatcher_workqueue_queue_duration_seconds",
+                                    lane="urgent"))
 
 
 async def _live_decisions(dispatcher: RunningDispatcher, manager: ClusterClient

@@ -8,7 +8,9 @@ The semantics of client-go's work queue, without its locks:
   ahead of `PROMPT` ones, and both ahead of `ORDINARY` ones (the job controller puts
   news about running jobs first and placements that hold booked quota next, so a burst
   of new jobs holds up neither); a key added again in an earlier lane moves there;
-- `run_workers` runs at most one reconcile per key at a time, with N workers.
+- `run_workers` runs at most one reconcile per key at a time, with N workers;
+- `on_wait(lane, seconds)` hears how long each key waited, from its add to its reconcile
+  (client-go's queue duration), by the lane it was served from.
 
 The reconcile function returns a `Result` (controller-runtime's rule): `done()` forgets
 the key's backoff, `after(s)` processes it again later, `retry()` (a conflict, a
@@ -66,6 +68,11 @@ class Lane(IntEnum):
 
 _NOT_QUEUED = len(Lane)
 Reconciler = Callable[[str], Awaitable[Result]]
+WaitObserver = Callable[[Lane, float], None]
+
+
+def _no_observer(lane: Lane, seconds: float) -> None:
+    return None
 
 
 class WorkQueue:
@@ -78,9 +85,13 @@ class WorkQueue:
         clock: Clock,
         backoff_base_seconds: float = 0.05,
         backoff_max_seconds: float = 60.0,
+        on_wait: WaitObserver = _no_observer,
     ) -> None:
         self.name = name
         self._clock = clock
+        self._on_wait = on_wait
+        self._added_at: dict[str, float] = {}
+        """When each queued key was first added (kept when it moves to an earlier lane)."""
         self._ready: asyncio.PriorityQueue[tuple[int, int, str]] = asyncio.PriorityQueue()
         self._sequence = itertools.count()
         self._queued: dict[str, int] = {}
@@ -108,6 +119,7 @@ class WorkQueue:
         if self._queued.get(key, _NOT_QUEUED) <= lane:
             return
         self._queued[key] = lane  # an entry left behind in a later lane is skipped when popped
+        self._added_at.setdefault(key, self._clock.monotonic())
         self._ready.put_nowait((lane, next(self._sequence), key))
 
     def add_after(self, key: str, seconds: float) -> None:
@@ -152,6 +164,7 @@ class WorkQueue:
             if self._queued.get(key) != lane:
                 continue  # moved to an earlier lane, or already processed from it
             del self._queued[key]
+            self._on_wait(Lane(lane), self._clock.monotonic() - self._added_at.pop(key))
             self._processing.add(key)
             try:
                 result = await reconcile(key)

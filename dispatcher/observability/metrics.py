@@ -7,6 +7,8 @@ process.
 
 from __future__ import annotations
 
+from enum import IntEnum
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -120,12 +122,20 @@ class Metrics:
                                     ["cluster"], registry=r)
         self.queue_depth = Gauge("dispatcher_workqueue_depth",
                                  "Keys waiting in the reconcile queue.", registry=r)
+        self.queue_wait = Histogram(
+            "dispatcher_workqueue_queue_duration_seconds",
+            "From a key's add to its reconcile, by the lane it was served from (urgent: "
+            "news about placed jobs; prompt: placements holding quota; ordinary).",
+            ["lane"], buckets=_LATENCY_BUCKETS, registry=r)
         self.leader = Gauge("dispatcher_leader", "1 while this replica leads.", registry=r)
 
     def scheduling_pass(self, seconds: float, decisions: int) -> None:
         self.scheduling_passes.inc()
         self.scheduling_pass_seconds.observe(seconds)
         self.scheduling_decisions.inc(decisions)
+
+    def queue_waited(self, lane: IntEnum, seconds: float) -> None:
+        self.queue_wait.labels(lane.name.lower()).observe(seconds)
 
     def observe_request(self, cluster: str, verb: str, code: int, seconds: float) -> None:
         self.api_requests.labels(cluster, verb, str(code)).inc()

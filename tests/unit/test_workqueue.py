@@ -220,3 +220,16 @@ async def test_idle_means_nothing_ready_and_nothing_running_though_keys_may_be_d
         for _ in range(5):
             await asyncio.sleep(0)
         assert queue.idle() and len(queue) == 1  # due again in 30 s, idle meanwhile
+
+
+async def test_each_key_tells_how_long_it_waited_and_in_which_lane(clock: FakeClock) -> None:
+    waits: list[tuple[Lane, float]] = []
+    queue = WorkQueue(name="t", clock=clock, on_wait=lambda lane, s: waits.append((lane, s)))
+    queue.add("new")
+    await clock.advance(3)
+    queue.add("news", lane=Lane.URGENT)
+    queue.add("new", lane=Lane.PROMPT)  # moved to an earlier lane: waits since its first add
+    await clock.advance(2)
+    async with _running(queue, Recorder(clock), workers=1):
+        await clock.advance(0)
+    assert waits == [(Lane.URGENT, 2.0), (Lane.PROMPT, 5.0)]
