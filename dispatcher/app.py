@@ -64,6 +64,8 @@ from dispatcher.supervision import Body, TaskOwner, guarded
 
 log = logging.getLogger(__name__)
 _GAUGE_INTERVAL_SECONDS = 2.0
+_BY_REASON = "dispatched-reason"
+"""The jobs cache's index of claimed, unfinished jobs by their Dispatched reason."""
 _RESTART_SECONDS = 1.0
 
 
@@ -163,8 +165,10 @@ class LeaderTerm:
         """Tasks started from callbacks: garbage collection of a (re)connected worker."""
         settings = InformerSettings()
         self.queue = WorkQueue(name="trainjobs", clock=clock, on_wait=metrics.queue_waited)
-        self.trainjobs = Informer(Resource(manager, kind.kind), settings=settings,
-                                  name="manager/trainjobs", clock=clock)
+        self.trainjobs = Informer(
+            Resource(manager, kind.kind), settings=settings, name="manager/trainjobs",
+            clock=clock, indexes={_BY_REASON: functools.partial(
+                termview.reason_of, claim=claim, kind=kind)})
         runtimes = {name: Informer(Resource(manager, resource), settings=settings,
                                    name=f"manager/{resource.plural}", clock=clock)
                     for name, resource in kind.runtime_resources.items()}
@@ -324,8 +328,7 @@ class LeaderTerm:
             workers=self.registry.workers.values(), capacity_of=self.capacities.of,
             ledger=self.ledger, jobs=self.trainjobs.store, kind=self.kind,
             pending=len(self.scheduling.pending), queue_depth=len(self.queue),
-            reasons=termview.reasons(self.trainjobs.store.values(), claim=self.claim,
-                                     kind=self.kind))
+            reasons=self.trainjobs.counts(_BY_REASON))
 
     def status_view_build(self, offset: int, limit: int) -> Callable[[], StatusView]:
         return termview.status_view_inputs(

@@ -139,6 +139,10 @@ class Informer:
         """The cached objects whose `index` value is `value`."""
         return [self.store[key] for key in sorted(self._indexed[index].get(value, ()))]
 
+    def counts(self, index: str) -> dict[str, int]:
+        """How many cached objects have each value of `index`."""
+        return {value: len(keys) for value, keys in self._indexed[index].items()}
+
     def _put(self, key: str, obj: JSON) -> None:
         self._unindex(key)
         self.store[key] = obj

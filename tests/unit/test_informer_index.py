@@ -66,3 +66,14 @@ def test_the_index_follows_watch_events() -> None:
 def test_a_job_known_by_name_has_the_key_of_its_object() -> None:
     job = {"metadata": {"namespace": "team", "name": "train"}}
     assert job_key("team", "train") == object_key(job) == "team/train"
+
+
+def test_an_index_counts_its_objects_by_value_as_they_come_change_and_go() -> None:
+    cache = informer()
+    cache._handle_line(line("ADDED", workload("w1", "u1", 1)))
+    cache._handle_line(line("ADDED", workload("w2", "u1", 2)))
+    cache._handle_line(line("ADDED", workload("w3", "u2", 3)))
+    assert cache.counts(WORKLOADS_BY_JOB) == {"u1": 2, "u2": 1}
+    cache._handle_line(line("MODIFIED", workload("w2", "u2", 4)))
+    cache._handle_line(line("DELETED", workload("w1", "u1", 5)))
+    assert cache.counts(WORKLOADS_BY_JOB) == {"u2": 2}
