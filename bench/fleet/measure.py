@@ -59,6 +59,13 @@ def available_mib() -> float:
     return 0.0
 
 
+def main_thread_schedule(pid: int) -> tuple[float, float]:
+    """(seconds on a core, seconds runnable but waiting for one) of process `pid`'s main
+    thread, where the dispatcher's event loop runs (/proc's schedstat)."""
+    ran, waited, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+    return int(ran) / 1e9, int(waited) / 1e9
+
+
 def tcp_connections(pid: int) -> int:
     """Established TCP connections of process `pid` (its sockets found in /proc/net/tcp)."""
     inodes = set()

@@ -81,8 +81,9 @@ def sync_rows(result: dict[str, Any]) -> list[str]:
     dispatcher (its news seen -> the manager's status written), the wait of its urgent
     lane (every mirror's news, not only the sampled ones) and its manager PATCHes."""
     rows = ["| workers | end to end | inside the dispatcher <= 250 ms / 1 s | "
-            "of it, the urgent lane's wait <= 250 ms / 1 s | manager PATCH <= 250 ms / 1 s |",
-            "| ---: | --- | --- | --- | --- |"]
+            "of it, the urgent lane's wait <= 250 ms / 1 s | manager PATCH <= 250 ms / 1 s | "
+            "the event loop's thread: ran / waited for a core (s) |",
+            "| ---: | --- | --- | --- | --- | --- |"]
 
     def shares(split: dict[str, float] | None) -> str:
         if not split or not split.get("count"):
@@ -93,12 +94,14 @@ def sync_rows(result: dict[str, Any]) -> list[str]:
         burst = size["burst"]
         changes = burst.get("status_changes", 0)
         latency = burst["status_sync_during_burst"]
+        loop = burst.get("event_loop_seconds", {})
         end_to_end = (f"p50 {latency.get('p50_ms', '-')} / p99 {latency.get('p99_ms', '-')} "
                       f"ms of {changes}")
         rows.append(f"| {size['workers']} | {end_to_end} | "
                     f"{shares(burst.get('status_sync_inside_dispatcher'))} | "
                     f"{shares(burst.get('urgent_queue_wait'))} | "
-                    f"{shares(burst.get('manager_patch_latency'))} |")
+                    f"{shares(burst.get('manager_patch_latency'))} | "
+                    f"{loop.get('ran', '-')} / {loop.get('waited_for_a_core', '-')} |")
     return rows
 
 

@@ -158,6 +158,7 @@ async def _measure(plane: LocalControlPlane, dispatcher: RunningDispatcher,
                                    jobs=plan.status_sample, concurrency=plan.concurrency)
         before = await measure.metrics(dispatcher.port)
         sync_before, patch_before, urgent_before = await _sync_histograms(dispatcher)
+        ran_before, waited_before = measure.main_thread_schedule(dispatcher.process.pid)
         status_task = asyncio.create_task(scenarios.status_sync(
             clients, watchers, manager_watch, warm.names))
         with measure.profiled(dispatcher, f"fleet-{len(names)}w-burst-profile.txt"):
@@ -166,6 +167,7 @@ async def _measure(plane: LocalControlPlane, dispatcher: RunningDispatcher,
         status = await status_task
         after = await measure.metrics(dispatcher.port)
         sync_after, patch_after, urgent_after = await _sync_histograms(dispatcher)
+        ran_after, waited_after = measure.main_thread_schedule(dispatcher.process.pid)
         lost = (await _lose_and_return(plane, dispatcher, clients, watchers, names[0])
                 if lose_one else None)
         queued_at = time.monotonic()
@@ -195,6 +197,9 @@ async def _measure(plane: LocalControlPlane, dispatcher: RunningDispatcher,
                                                                         sync_after),
                   "manager_patch_latency": measure.share_within(patch_before, patch_after),
                   "urgent_queue_wait": measure.share_within(urgent_before, urgent_after),
+                  "event_loop_seconds": {"ran": round(ran_after - ran_before, 1),
+                                         "waited_for_a_core": round(
+                                             waited_after - waited_before, 1)},
                   "api_requests_per_job": round(requests / max(len(main.dispatch), 1), 2),
                   "cpu_seconds": main.cpu},
         "worker_lost": lost,
