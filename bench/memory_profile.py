@@ -3,8 +3,9 @@ so a benchmark can ask what holds the dispatcher's memory (`BENCH_MEMORY=1`).
 
 Each SIGUSR2 appends one section to bench/results/memory-profile.txt, after a full
 garbage collection (what it freed is told): the traced total against the process's
-resident set, the lines that hold the most memory, what
-grew since the previous section, and the counts of the live container objects by type.
+resident set, the lines that hold the most memory, what grew since the previous section
+(by line and by call site), each informer cache's objects and bytes, and the counts of
+the live container objects by type.
 Tracing slows the process and adds its own bookkeeping, so read the sections for where
 memory goes, not for the resident set a run without tracing would have.
 """

@@ -114,13 +114,16 @@ async def memory_section(dispatcher: RunningDispatcher) -> None:
                    timeout=300)
 
 
-async def metrics(port: int) -> dict[str, float]:
-    """The dispatcher's /metrics, summed by sample name (labels dropped)."""
+async def _metrics_text(port: int) -> str:
     async with aiohttp.ClientSession() as session, session.get(
             f"http://127.0.0.1:{port}/metrics") as response:
-        text = await response.text()
+        return await response.text()
+
+
+async def metrics(port: int) -> dict[str, float]:
+    """The dispatcher's /metrics, summed by sample name (labels dropped)."""
     sums: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(await _metrics_text(port)):
         for sample in family.samples:
             sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
     return sums
@@ -129,11 +132,8 @@ async def metrics(port: int) -> dict[str, float]:
 async def histogram(port: int, name: str, **labels: str) -> dict[float, float]:
     """The cumulative bucket counts (upper bound -> count) of the dispatcher's histogram
     `name`, summed over the series whose labels include `labels`."""
-    async with aiohttp.ClientSession() as session, session.get(
-            f"http://127.0.0.1:{port}/metrics") as response:
-        text = await response.text()
     buckets: dict[float, float] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(await _metrics_text(port)):
         for sample in family.samples:
             if (sample.name == f"{name}_bucket"
                     and labels.items() <= sample.labels.items()):
