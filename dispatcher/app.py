@@ -64,8 +64,6 @@ from dispatcher.supervision import Body, TaskOwner, guarded
 
 log = logging.getLogger(__name__)
 _GAUGE_INTERVAL_SECONDS = 2.0
-_BY_REASON = "dispatched-reason"
-"""The jobs cache's index of claimed, unfinished jobs by their Dispatched reason."""
 _RESTART_SECONDS = 1.0
 
 
@@ -167,8 +165,7 @@ class LeaderTerm:
         self.queue = WorkQueue(name="trainjobs", clock=clock, on_wait=metrics.queue_waited)
         self.trainjobs = Informer(
             Resource(manager, kind.kind), settings=settings, name="manager/trainjobs",
-            clock=clock, indexes={_BY_REASON: functools.partial(
-                termview.reason_of, claim=claim, kind=kind)})
+            clock=clock, indexes=termview.reason_index(claim=claim, kind=kind))
         runtimes = {name: Informer(Resource(manager, resource), settings=settings,
                                    name=f"manager/{resource.plural}", clock=clock)
                     for name, resource in kind.runtime_resources.items()}
@@ -328,7 +325,7 @@ class LeaderTerm:
             workers=self.registry.workers.values(), capacity_of=self.capacities.of,
             ledger=self.ledger, jobs=self.trainjobs.store, kind=self.kind,
             pending=len(self.scheduling.pending), queue_depth=len(self.queue),
-            reasons=self.trainjobs.counts(_BY_REASON))
+            reasons=self.trainjobs.counts(termview.BY_REASON))
 
     def status_view_build(self, offset: int, limit: int) -> Callable[[], StatusView]:
         return termview.status_view_inputs(

@@ -2,7 +2,7 @@
 
 `reading` gathers the gauges' `Reading` (per worker: booked and running jobs, room, watch
 restarts; the scheduler's queue, the reconcile queue, the jobs by reason: `reason_of`,
-which the jobs cache indexes).
+which the jobs cache indexes as `reason_index` says).
 `status_view_inputs` takes the status view's inputs now (the workers' rows as their
 WorkerCluster status would be written, the cached jobs, the queue's priorities, the
 recent events) and returns `build_view` bound to them, to run later, in a thread: the
@@ -14,7 +14,6 @@ read of them (this layer imports no controller).
 from __future__ import annotations
 
 import functools
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -23,7 +22,7 @@ from dispatcher.api.conditions import condition
 from dispatcher.api.workercluster import WorkerSpec
 from dispatcher.claim import Claim
 from dispatcher.kinds import JobKind
-from dispatcher.kube.informer import Informer
+from dispatcher.kube.informer import Indexer, Informer
 from dispatcher.observability.gauges import Reading, WorkerReading
 from dispatcher.observability.statusview import StatusView, WorkerRow, build_view, worker_row
 from dispatcher.placement.capacity import Capacity
@@ -60,10 +59,13 @@ def reason_of(job: JSON, *, claim: Claim, kind: JobKind) -> str | None:
     return str(dispatched.get("reason") or REASON_NEW)
 
 
-def reasons(jobs: Iterable[JSON], *, claim: Claim, kind: JobKind) -> Counter[str]:
-    """Claimed, unfinished jobs by their Dispatched reason."""
-    return Counter(reason for job in jobs
-                   if (reason := reason_of(job, claim=claim, kind=kind)) is not None)
+BY_REASON = "dispatched-reason"
+"""The jobs cache's index of claimed, unfinished jobs by their Dispatched reason."""
+
+
+def reason_index(*, claim: Claim, kind: JobKind) -> dict[str, Indexer]:
+    """The jobs cache's `indexes`: `BY_REASON`, so `counts(BY_REASON)` is the gauge."""
+    return {BY_REASON: functools.partial(reason_of, claim=claim, kind=kind)}
 
 
 def reading(*, workers: Iterable[W], capacity_of: Callable[[W], Capacity], ledger: Ledger,

@@ -8,16 +8,24 @@ from typing import Any
 
 from devkit.factories import condition, trainjob
 from dispatcher.api import constants as c
-from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE
+from dispatcher.api.trainer import MANAGED_BY_MULTIKUEUE, TRAINJOBS
 from dispatcher.api.workercluster import WorkerSpec
 from dispatcher.claim import Claim
 from dispatcher.config import ClaimConfig
 from dispatcher.kinds.trainjob import TrainJobKind
 from dispatcher.kube.informer import Informer
-from dispatcher.observability.termview import REASON_NEW, reading, reasons, status_view_inputs
+from dispatcher.kube.resource import Resource
+from dispatcher.observability.termview import (
+    BY_REASON,
+    REASON_NEW,
+    reading,
+    reason_index,
+    status_view_inputs,
+)
 from dispatcher.placement.capacity import Capacity
 from dispatcher.placement.ledger import Booking, Ledger
 from dispatcher.placement.scheduler import PendingJob
+from tests.unit.fakes import FakeClient
 
 
 @dataclass
@@ -60,8 +68,12 @@ def test_claimed_unfinished_jobs_are_counted_by_their_dispatched_reason() -> Non
     done["status"] = {"conditions": [condition("Complete", "AllJobsCompleted", "done")]}
     new = trainjob("n", "ns", managed_by=MANAGED_BY_MULTIKUEUE)
     stranger = trainjob("s", "ns")
-    counted = reasons([waiting, done, new, stranger], claim=Claim(ClaimConfig()),
-                      kind=TrainJobKind())
+    cache = Informer(Resource(FakeClient().as_client(), TRAINJOBS),
+                     indexes=reason_index(claim=Claim(ClaimConfig()), kind=TrainJobKind()))
+    for version, job in enumerate([waiting, done, new, stranger], start=1):
+        job["metadata"]["resourceVersion"] = str(version)
+        cache.remember(job)
+    counted = cache.counts(BY_REASON)
     assert counted == {c.REASON_WAITING_FOR_QUOTA: 1, REASON_NEW: 1}
 
 

@@ -546,12 +546,12 @@ def _waiting_for_admission(s: Claimed, name: str, worker: WorkerState, mirror: J
                        f"({admission.message}); placed again elsewhere", eviction=False,
                        event_reason=c.REASON_ADMISSION_TIMEOUT, count_requeue=True,
                        exclude=True, mirror=mirror)
-    if waited < ADMISSION_QUIET_SECONDS:
-        return Requeue(ADMISSION_QUIET_SECONDS - waited + _BLIP_MARGIN_SECONDS)
-    stood = s.wall - _timestamp(admission.since, default=s.wall - ADMISSION_QUIET_SECONDS)
-    if stood < ADMISSION_QUIET_SECONDS:  # skew never holds it longer than the quiet period
-        return Requeue(min(ADMISSION_QUIET_SECONDS, ADMISSION_QUIET_SECONDS - stood)
-                       + _BLIP_MARGIN_SECONDS)
+    held = _held_back(ADMISSION_QUIET_SECONDS - waited)  # a new mirror
+    if held is None:  # a new word of Kueue's; a skewed clock never holds it longer
+        stood = s.wall - _timestamp(admission.since, default=s.wall - ADMISSION_QUIET_SECONDS)
+        held = _held_back(ADMISSION_QUIET_SECONDS - max(0.0, stood))
+    if held is not None:
+        return Requeue(held)
     return SyncStatus(name, mirror, reason=c.REASON_WAITING_FOR_ADMISSION,
                       message=f"placed on worker {name}, waiting for admission in {queue}: "
                               f"{admission.message}",
