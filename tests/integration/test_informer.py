@@ -66,3 +66,32 @@ async def test_own_remembered_writes_are_not_emitted_again_but_others_are(
 
 async def _async(value: bool) -> bool:
     return value
+
+
+async def test_no_echo_is_kept_for_a_write_the_watch_told_first(
+    admin_clients: dict[str, ClusterClient], namespace: str, runtime_installed: dict[str, Any]
+) -> None:
+    """An answer that comes after its own watch event awaits no echo: before, each such
+    write left one behind for good (one per queued job of a long queue)."""
+    jobs = Resource(admin_clients["manager"], TRAINJOBS)
+    informer = Informer(jobs, namespace=namespace)
+    seen: set[str] = set()
+    informer.add_handler(lambda event_type, obj: seen.add(obj["metadata"]["resourceVersion"]))
+    task = asyncio.create_task(informer.run())
+    try:
+        async with asyncio.timeout(10):
+            await informer.synced.wait()
+        await jobs.create(trainjob("late", namespace), namespace=namespace)
+        told_first = 0
+        for attempt in range(10):
+            mine = await jobs.merge_patch(
+                "late", {"metadata": {"labels": {"by": f"me-{attempt}"}}}, namespace=namespace)
+            version = mine["metadata"]["resourceVersion"]
+            await eventually(lambda v=version: _async(v in seen))  # the watch tells it first
+            informer.remember(mine)
+            told_first += 1
+        assert told_first == 10
+        assert not informer._echoes.get(f"{namespace}/late")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
